@@ -8,7 +8,9 @@
 namespace gdn::model {
 namespace {
 
-std::string key(const char* suffix) { return fmt::format("{}.{}", kArch, suffix); }
+std::string key(const char* suffix) {
+  return fmt::format("{}.{}", kArch, suffix);
+}
 
 }  // namespace
 
@@ -18,7 +20,9 @@ int64_t HParams::n_recurrent() const {
   return n;
 }
 
-int64_t HParams::n_attention() const { return n_layer - n_recurrent(); }
+int64_t HParams::n_attention() const {
+  return n_layer - n_recurrent();
+}
 
 void HParams::set_layer_kinds_from_interval() {
   recurrent.assign(static_cast<size_t>(n_block()), false);
@@ -58,7 +62,8 @@ void HParams::validate() const {
     fail("qwen35 layer kinds list has {} entries for {} blocks", recurrent.size(), n_block());
   }
   for (int64_t il = n_layer; il < n_block(); ++il) {
-    if (is_recurrent(il)) fail("qwen35 MTP block {} is marked recurrent; MTP blocks are attention", il);
+    if (is_recurrent(il))
+      fail("qwen35 MTP block {} is marked recurrent; MTP blocks are attention", il);
   }
 }
 
@@ -101,7 +106,8 @@ HParams HParams::from_gguf(const gguf::Metadata& meta) {
     fail("qwen35 full_attention_interval must be positive, got {}", hp.full_attention_interval);
   }
   if (hp.n_layer <= 0) {
-    fail("qwen35 block_count minus nextn_predict_layers is {}, need at least one layer", hp.n_layer);
+    fail("qwen35 block_count minus nextn_predict_layers is {}, need at least one layer",
+         hp.n_layer);
   }
   const std::string recurrent_key = key("attention.recurrent_layers");
   if (meta.has(recurrent_key)) {

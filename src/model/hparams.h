@@ -15,14 +15,14 @@ namespace gdn::model {
 inline constexpr const char* kArch = "qwen35";
 
 struct HParams {
-  int64_t n_embd = 0;         // E
-  int64_t n_layer = 0;        // trunk layers (block_count minus MTP layers)
-  int64_t n_nextn = 0;        // MTP layers appended after the trunk
-  int64_t n_ff = 0;           // feed_forward_length
-  int64_t n_head = 0;         // attention query heads
-  int64_t n_head_kv = 0;      // attention key/value heads
-  int64_t head_dim = 0;       // D (key_length == value_length)
-  int64_t n_rot = 0;          // rotated dims per head (NeoX RoPE on the first n_rot)
+  int64_t n_embd = 0;     // E
+  int64_t n_layer = 0;    // trunk layers (block_count minus MTP layers)
+  int64_t n_nextn = 0;    // MTP layers appended after the trunk
+  int64_t n_ff = 0;       // feed_forward_length
+  int64_t n_head = 0;     // attention query heads
+  int64_t n_head_kv = 0;  // attention key/value heads
+  int64_t head_dim = 0;   // D (key_length == value_length)
+  int64_t n_rot = 0;      // rotated dims per head (NeoX RoPE on the first n_rot)
   float rope_theta = 1e7f;
   std::array<int32_t, 4> rope_sections{};  // M-RoPE sections; text positions make it plain RoPE
   float rms_eps = 1e-6f;
@@ -36,7 +36,7 @@ struct HParams {
   int64_t n_ctx_train = 0;
 
   int64_t n_block() const { return n_layer + n_nextn; }
-  int64_t ssm_inner() const { return ssm_n_v_heads * ssm_d_state; }  // Hv·dv
+  int64_t ssm_inner() const { return ssm_n_v_heads * ssm_d_state; }   // Hv·dv
   int64_t ssm_qk_dim() const { return ssm_n_k_heads * ssm_d_state; }  // Hk·dk
   int64_t conv_dim() const { return 2 * ssm_qk_dim() + ssm_inner(); }
   int64_t q_dim() const { return n_head * head_dim; }

@@ -1,0 +1,30 @@
+#include <fmt/format.h>
+
+#include <map>
+
+#include "app/commands.h"
+#include "common/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"gdn: inference for hybrid Gated-DeltaNet (qwen35) models"};
+  app.require_subcommand(1);
+  std::map<CLI::App*, gdn::app::Run> runs;
+  auto add = [&](const char* name, const char* help, gdn::app::Run (*reg)(CLI::App&)) {
+    CLI::App* sub = app.add_subcommand(name, help);
+    runs[sub] = reg(*sub);
+  };
+  add("eval", "run token ids through a model and print or dump logits", gdn::app::add_eval);
+  add("synth", "write a random-weight qwen35 model", gdn::app::add_synth);
+  add("convert", "convert a HuggingFace Qwen3.5 checkpoint to GGUF", gdn::app::add_convert);
+  add("bench", "measure prefill and decode speed", gdn::app::add_bench);
+  CLI11_PARSE(app, argc, argv);
+  try {
+    for (auto& [sub, run] : runs) {
+      if (sub->parsed()) return run();
+    }
+  } catch (const gdn::Error& e) {
+    fmt::print(stderr, "gdn: error: {}\n", e.what());
+    return 1;
+  }
+  return 1;
+}

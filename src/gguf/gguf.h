@@ -139,8 +139,7 @@ class Writer {
   using Filler = std::function<void(std::span<uint8_t> out)>;
 
   Metadata& meta() { return meta_; }
-  void add_tensor(const std::string& name, quant::Type type, std::vector<int64_t> ne,
-                  Filler fill);
+  void add_tensor(const std::string& name, quant::Type type, std::vector<int64_t> ne, Filler fill);
   void add_tensor(const std::string& name, quant::Type type, std::vector<int64_t> ne,
                   std::vector<uint8_t> bytes);
   // Writes to path (atomically: temp file then rename). Throws on I/O errors.
@@ -156,6 +155,9 @@ class Writer {
     uint64_t size;
     Filler fill;
   };
+  // Serialises the whole file in order, chunk by chunk (to a vector or to a file).
+  void emit(const std::function<void(std::span<const uint8_t>)>& out) const;
+
   Metadata meta_;
   std::vector<Pending> tensors_;
 };

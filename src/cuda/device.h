@@ -1,0 +1,39 @@
+// Device discovery and owned device memory.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <string>
+
+namespace gdn::cuda {
+
+// True when a CUDA device can be used (driver present, at least one GPU).
+bool available();
+// "NVIDIA H200, 132 SMs, 60 MB L2, 139 GiB" — for logs and benchmark tables.
+std::string describe_device();
+
+// Owned device allocation (cudaMalloc), moved never copied.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* get() const { return ptr_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+}  // namespace gdn::cuda

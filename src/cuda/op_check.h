@@ -1,0 +1,81 @@
+// The op checker behind `gdn ops`: every CUDA kernel run against the CPU reference
+// (cpu/ops.h, quant/quant.h) over many shapes with random non-zero inputs, outputs poisoned
+// (NaN) before each run, and, with --perf, timed against two ceilings measured in the same
+// run: device-to-device copy bandwidth and a plain streaming-read kernel of the same size.
+//
+// Each kernel family adds its cases in its own checks_<family>.cpp through one function
+// listed in op_check.cpp (no static registration: a static library would drop it).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace gdn::cuda::opcheck {
+
+struct Result {
+  std::string op;      // "matmul_q1_0", "rms_norm", ...
+  std::string shape;   // human-readable case description
+  bool passed = false;
+  double error = 0;    // the metric the check used (e.g. max|Δ| / max|ref|)
+  double tolerance = 0;
+  std::string detail;  // why it failed
+  // --perf only (0 when not timed):
+  double us = 0;          // median kernel time
+  double bytes = 0;       // bytes the op must move (each input read once, output written once)
+};
+
+class Context {
+ public:
+  Context(bool perf, uint64_t seed);
+  bool perf() const { return perf_; }
+  std::mt19937_64& rng() { return rng_; }
+  cudaStream_t stream() const { return stream_; }
+
+  // Uniform values in [lo, hi] with no exact zeros (zeros hide unwritten outputs).
+  std::vector<float> random(size_t n, float lo = -1.0f, float hi = 1.0f);
+
+  // Median microseconds of `launch(i)` over repeats after warm-up, timed with CUDA events.
+  // `i` counts launches so the caller can rotate among input copies beyond L2.
+  double time_us(const std::function<void(int)>& launch, int repeats = 50);
+
+  // Median µs of the streaming-read ceiling kernel reading `bytes` (rotated beyond L2).
+  double read_ceiling_us(double bytes);
+  // Device-to-device copy bandwidth in bytes/s (read + write counted), measured once.
+  double copy_bandwidth();
+
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+ private:
+  bool perf_;
+  std::mt19937_64 rng_;
+  cudaStream_t stream_ = nullptr;
+  double copy_bw_ = 0;
+};
+
+// Relative max error max|gpu - ref| / max(|ref|) with NaN/inf and unwritten outputs caught;
+// returns a Result with passed set by `tol`.
+Result compare(const std::string& op, const std::string& shape, const std::vector<float>& gpu,
+               const std::vector<float>& ref, double tol);
+
+using AddChecks = void (*)(Context&, std::vector<Result>&);
+
+struct Family {
+  const char* name;  // matched by --op as a prefix of each result's op
+  AddChecks run;
+};
+// Every family, in the order `gdn ops` runs them.
+const std::vector<Family>& families();
+
+// Runs the families whose name or ops match `filter` (empty: all), prints per case and a
+// per-op "N/N passed" summary; with perf, µs, GB/s, % of copy bandwidth and % of the
+// same-size read ceiling. Returns the number of failed cases.
+int run(const std::string& filter, bool perf, uint64_t seed);
+
+}  // namespace gdn::cuda::opcheck

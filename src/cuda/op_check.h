@@ -40,7 +40,9 @@ class Context {
   std::vector<float> random(size_t n, float lo = -1.0f, float hi = 1.0f);
 
   // Median microseconds of `launch(i)` over repeats after warm-up, timed with CUDA events.
-  // `i` counts launches so the caller can rotate among input copies beyond L2.
+  // `i` counts launches so the caller can rotate among input copies beyond L2. The launches
+  // are captured into a CUDA graph and replayed: `launch` must only enqueue kernels on
+  // stream() (no synchronisation, allocation or host copies inside it).
   double time_us(const std::function<void(int)>& launch, int repeats = 50);
 
   // Median µs of the streaming-read ceiling kernel reading `bytes` (rotated beyond L2).

@@ -24,6 +24,7 @@ class Bpe {
 
   // Merges apply lowest rank first; each call's rank is the number of earlier calls.
   void add_merge(int32_t left, int32_t right, int32_t result);
+  void reserve(size_t merges) { merges_.reserve(merges); }
 
   // Appends the ids of one pre-tokenized piece (raw bytes). O(n log n) in its length: a heap
   // of candidate pairs, stale entries skipped when popped.

@@ -6,23 +6,27 @@ namespace gdn::text {
 
 namespace {
 
-// The text decoded once, so every alternative can look ahead by characters.
+// The text classified once, so every alternative can look ahead by characters. Code points
+// are decoded again only where a rule names a specific character.
 struct Chars {
-  std::vector<char32_t> cp;
+  std::string_view text;
   std::vector<CharClass> cls;
   std::vector<size_t> offset;  // byte offset of each character, plus one for the end
 
-  explicit Chars(std::string_view text) {
+  explicit Chars(std::string_view t) : text(t) {
+    // At most one character per byte; reserving spares the reallocation copies.
+    cls.reserve(text.size());
+    offset.reserve(text.size() + 1);
     for (size_t pos = 0; pos < text.size();) {
       const Utf8Char c = decode_utf8(text, pos);
-      cp.push_back(c.cp);
       cls.push_back(char_class(c.cp));
       offset.push_back(pos);
       pos += c.len;
     }
     offset.push_back(text.size());
   }
-  size_t size() const { return cp.size(); }
+  size_t size() const { return cls.size(); }
+  char32_t cp(size_t i) const { return i < size() ? decode_utf8(text, offset[i]).cp : 0; }
   bool is(size_t i, CharClass c) const { return i < size() && cls[i] == c; }
   bool letter_or_mark(size_t i) const { return is(i, CharClass::letter) || is(i, CharClass::mark); }
   bool is_space(size_t i) const { return is(i, CharClass::space) || is(i, CharClass::newline); }
@@ -38,10 +42,10 @@ char32_t fold(char32_t c) {
 
 // (?i:'s|'t|'re|'ve|'m|'ll|'d)
 size_t match_contraction(const Chars& t, size_t i) {
-  if (t.cp[i] != '\'' || i + 1 >= t.size()) return 0;
-  const char32_t c1 = fold(t.cp[i + 1]);
+  if (t.cp(i) != '\'') return 0;
+  const char32_t c1 = fold(t.cp(i + 1));
   if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') return 2;
-  const char32_t c2 = i + 2 < t.size() ? fold(t.cp[i + 2]) : 0;
+  const char32_t c2 = fold(t.cp(i + 2));
   if ((c1 == 'r' || c1 == 'v') && c2 == 'e') return 3;
   if (c1 == 'l' && c2 == 'l') return 3;
   return 0;
@@ -61,7 +65,7 @@ size_t match_word(const Chars& t, size_t i) {
 // ' '?[^\s\p{L}\p{M}\p{N}]+[\r\n]*
 size_t match_punctuation(const Chars& t, size_t i) {
   size_t j = i;
-  if (t.cp[i] == ' ' && t.is(i + 1, CharClass::other)) ++j;
+  if (t.cp(i) == ' ' && t.is(i + 1, CharClass::other)) ++j;
   if (!t.is(j, CharClass::other)) return 0;
   while (t.is(j, CharClass::other)) ++j;
   while (t.is(j, CharClass::newline)) ++j;

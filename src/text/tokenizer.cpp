@@ -40,6 +40,7 @@ std::array<int32_t, 256> byte_tokens(const TokenIndex& index) {
 }
 
 void add_merges(Bpe& bpe, const std::vector<std::string>& merges, const TokenIndex& index) {
+  bpe.reserve(merges.size());
   std::string joined;
   for (size_t i = 0; i < merges.size(); ++i) {
     const std::string_view m = merges[i];
@@ -118,14 +119,14 @@ Tokenizer Tokenizer::from_metadata(const gguf::Metadata& meta) {
   spec.eot = optional_id(meta, "tokenizer.ggml.eot_token_id");
   spec.pad = optional_id(meta, "tokenizer.ggml.padding_token_id");
   spec.add_bos = meta.get_bool("tokenizer.ggml.add_bos_token", false);
-  return Tokenizer(spec);
+  return Tokenizer(std::move(spec));
 }
 
 Tokenizer Tokenizer::load(const std::string& gguf_path) {
   return from_gguf(gguf::File::open(gguf_path));
 }
 
-Tokenizer::Tokenizer(const VocabSpec& spec) : text_(spec.tokens), type_(spec.types) {
+Tokenizer::Tokenizer(VocabSpec spec) : text_(std::move(spec.tokens)), type_(std::move(spec.types)) {
   if (type_.size() != text_.size()) {
     fail("tokenizer: {} token types for {} tokens", type_.size(), text_.size());
   }
@@ -209,6 +210,7 @@ void Tokenizer::encode_plain(std::string_view text, std::vector<int32_t>& out,
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special) const {
   std::vector<int32_t> out;
+  out.reserve(text.size() / 3);  // typical bytes per token is 3-4
   PieceCache seen;
   for (size_t pos = 0; pos < text.size();) {
     const SpecialTokens::Match m = special_.find(text, pos, parse_special);

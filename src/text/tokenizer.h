@@ -48,7 +48,7 @@ class Tokenizer {
 
   // Throws gdn::Error on an inconsistent vocabulary (bad ids, merges of unknown tokens, normal
   // tokens outside the byte mapping).
-  explicit Tokenizer(const VocabSpec& spec);
+  explicit Tokenizer(VocabSpec spec);
 
   // parse_special: control tokens written in the text become their ids; otherwise they are
   // tokenized as plain text. User-defined tokens always match. Never adds BOS (see add_bos).

@@ -2,9 +2,12 @@
 
 #include <utf8proc.h>
 
+#include <array>
+
 namespace gdn::text {
 
 Utf8Char decode_utf8(std::string_view s, size_t pos) {
+  if (static_cast<uint8_t>(s[pos]) < 0x80) return {static_cast<char32_t>(s[pos]), 1};
   utf8proc_int32_t cp = 0;
   const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(s.data() + pos);
   const utf8proc_ssize_t n =
@@ -73,7 +76,9 @@ bool is_regex_space(char32_t cp) {
   return cat == UTF8PROC_CATEGORY_ZS || cat == UTF8PROC_CATEGORY_ZL || cat == UTF8PROC_CATEGORY_ZP;
 }
 
-CharClass char_class(char32_t cp) {
+namespace {
+
+CharClass classify(char32_t cp) {
   if (cp == '\r' || cp == '\n') return CharClass::newline;
   if (cp == kInvalidCodepoint) return CharClass::other;
   if (is_regex_space(cp)) return CharClass::space;
@@ -95,6 +100,18 @@ CharClass char_class(char32_t cp) {
     default:
       return CharClass::other;
   }
+}
+
+}  // namespace
+
+CharClass char_class(char32_t cp) {
+  // Most text is mostly ASCII; look those up in a table built from the same rules.
+  static const auto ascii = [] {
+    std::array<CharClass, 128> t{};
+    for (char32_t c = 0; c < 128; ++c) t[c] = classify(c);
+    return t;
+  }();
+  return cp < 128 ? ascii[cp] : classify(cp);
 }
 
 }  // namespace gdn::text

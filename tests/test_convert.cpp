@@ -332,16 +332,21 @@ struct TinyModel {
   std::map<std::string, std::vector<int64_t>> shapes;
 };
 
+// lm_prefix replaces "model." on the language-model tensors (a multimodal checkpoint).
 TinyModel write_tiny_model(const fs::path& dir, const json& config, bool with_lm_head,
-                           const std::string& extra_tensor = "", const std::string& skip = "") {
+                           const std::string& extra_tensor = "",
+                           const std::string& skip_prefix = "",
+                           const std::string& lm_prefix = "model.") {
   TinyModel m;
-  m.shapes = tiny_hf_shapes(with_lm_head);
+  for (const auto& [name, shape] : tiny_hf_shapes(with_lm_head)) {
+    m.shapes[name.starts_with("model.") ? lm_prefix + name.substr(6) : name] = shape;
+  }
   if (!extra_tensor.empty()) m.shapes[extra_tensor] = {2};
   std::vector<StEntry> entries;
   size_t t = 0;
   for (const auto& [name, shape] : m.shapes) {
     ++t;
-    if (name == skip) continue;
+    if (!skip_prefix.empty() && name.starts_with(skip_prefix)) continue;
     int64_t n = 1;
     for (int64_t s : shape) n *= s;
     std::vector<float> v(static_cast<size_t>(n));
@@ -444,28 +449,43 @@ TEST(ConvertHf, TinyModelMatchesTableAndConventions) {
   EXPECT_FALSE(f.meta().has("tokenizer.ggml.model"));
 }
 
+TEST(ConvertHf, MultimodalCheckpointUsesTheLanguageModel) {
+  TempDir dir;
+  json config = {{"architectures", {"Qwen3_5ForConditionalGeneration"}},
+                 {"model_type", "qwen3_5"},
+                 {"text_config", tiny_text_config()},
+                 {"vision_config", {{"depth", 1}}}};
+  config["text_config"].erase("architectures");
+  const TinyModel m = write_tiny_model(dir.path(), config, true, "model.visual.blocks.0.w", "",
+                                       "model.language_model.");
+  std::vector<std::string> log;
+  const fs::path out = dir.path() / "mm.gguf";
+  gdn::convert::convert_hf(dir.path().string(), out.string(), gdn::quant::Type::F32,
+                           [&](const std::string& l) { log.push_back(l); });
+  const auto f = gdn::gguf::File::open(out.string());
+  EXPECT_EQ(gguf_f32(f.tensor("blk.1.ffn_down.weight")),
+            m.values.at("model.language_model.layers.1.mlp.down_proj.weight"));
+  bool skipped = false;
+  for (const auto& l : log) skipped |= l.find("skipped 1 vision tensors") != std::string::npos;
+  EXPECT_TRUE(skipped);
+}
+
 TEST(ConvertHf, QuantisedTypesFollowTheKinds) {
   TempDir dir;
   json config = tiny_text_config();
   config["tie_word_embeddings"] = true;
-  config["mtp_num_hidden_layers"] = 0;
-  auto shapes = tiny_hf_shapes(false);
-  // No mtp.* tensors: write the trunk only.
-  write_tiny_model(dir.path(), config, false);
-  // write_tiny_model always writes the MTP tensors; drop them by rewriting without.
-  std::vector<StEntry> entries;
-  for (const auto& [name, shape] : shapes) {
-    if (name.starts_with("mtp.")) continue;
-    int64_t n = 1;
-    for (int64_t s : shape) n *= s;
-    entries.push_back(f32_tensor(name, shape, std::vector<float>(static_cast<size_t>(n), 0.5f)));
-  }
-  write_safetensors(dir.path() / "model.safetensors", entries);
+  // The config still declares an MTP layer, but the checkpoint (as transformers re-saves it)
+  // has no mtp.* tensors: the trunk is converted alone.
+  write_tiny_model(dir.path(), config, false, "", "mtp.");
 
   const fs::path out = dir.path() / "q8.gguf";
-  gdn::convert::convert_hf(dir.path().string(), out.string(), gdn::quant::Type::Q8_0,
-                           [](const std::string&) {});
+  std::vector<std::string> log;
+  auto keep = [&](const std::string& l) { log.push_back(l); };
+  gdn::convert::convert_hf(dir.path().string(), out.string(), gdn::quant::Type::Q8_0, keep);
   auto f = gdn::gguf::File::open(out.string());
+  EXPECT_EQ(f.meta().get_int("qwen35.nextn_predict_layers"), 0);
+  EXPECT_EQ(f.meta().get_int("qwen35.block_count"), 2);
+  EXPECT_NE(log.front().find("MTP"), std::string::npos) << log.front();
   EXPECT_EQ(f.find_tensor("output.weight"), nullptr);  // tied
   EXPECT_EQ(f.tensor("blk.0.ffn_up.weight").type, gdn::quant::Type::Q8_0);
   EXPECT_EQ(f.tensor("token_embd.weight").type, gdn::quant::Type::Q8_0);
@@ -475,9 +495,8 @@ TEST(ConvertHf, QuantisedTypesFollowTheKinds) {
   EXPECT_EQ(f.tensor("output_norm.weight").type, gdn::quant::Type::F32);
 
   // Q1_0's 128-element block fits no row here: llama.cpp's rule stores F16, and says so.
-  std::vector<std::string> log;
-  gdn::convert::convert_hf(dir.path().string(), out.string(), gdn::quant::Type::Q1_0,
-                           [&](const std::string& l) { log.push_back(l); });
+  log.clear();
+  gdn::convert::convert_hf(dir.path().string(), out.string(), gdn::quant::Type::Q1_0, keep);
   f = gdn::gguf::File::open(out.string());
   EXPECT_EQ(f.tensor("blk.0.ffn_up.weight").type, gdn::quant::Type::F16);
   bool logged = false;

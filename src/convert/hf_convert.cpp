@@ -354,11 +354,18 @@ bool is_vision(const std::string& name) {
   return name.starts_with("model.visual.");
 }
 
-void refuse_leftovers(const Checkpoint& ck, const std::set<std::string>& used) {
+// Every checkpoint tensor must have been used, except the vision tower's.
+void check_leftovers(const Checkpoint& ck, const std::set<std::string>& used, const Log& log) {
   std::vector<std::string> left;
+  size_t vision = 0;
   for (const auto& [name, t] : ck.tensors()) {
-    if (!used.contains(name) && !is_vision(name)) left.push_back(name);
+    if (is_vision(name)) {
+      ++vision;
+    } else if (!used.contains(name)) {
+      left.push_back(name);
+    }
   }
+  if (vision > 0) log(fmt::format("skipped {} vision tensors (model.visual.*)", vision));
   if (left.empty()) return;
   const size_t shown = std::min<size_t>(left.size(), 8);
   fail("checkpoint has {} tensor(s) the qwen35 mapping does not use: {}{}", left.size(),
@@ -490,7 +497,7 @@ void convert_hf(const std::string& hf_dir, const std::string& out_gguf, quant::T
   cfg.hp.to_gguf(w.meta());
   w.meta().set("general.name", gguf::Value::str(fs::canonical(hf_dir).filename().string()));
   const std::set<std::string> used = add_tensors(w, ck, cfg, type, log);
-  refuse_leftovers(ck, used);
+  check_leftovers(ck, used, log);
   if (!add_hf_tokenizer(hf_dir, config, cfg.hp.n_vocab, w.meta(), log)) {
     log("no tokenizer.json: the GGUF has no tokenizer metadata");
   }

@@ -11,6 +11,7 @@
 #include "app/commands.h"
 #include "app/model_source.h"
 #include "common/error.h"
+#include "runtime/backend.h"
 
 namespace gdn::app {
 namespace {
@@ -70,7 +71,12 @@ std::pair<double, double> mean_sd(const std::vector<double>& v) {
 }
 
 int run_bench(const BenchArgs& a) {
-  LoadedModel lm = load_model(a.model, "tiny");
+  // The main job: with no model given, a synthetic Bonsai-27B Q1_0 on a GPU, tiny on a CPU.
+  const std::string backend = runtime::resolve_backend(a.model.backend);
+  LoadedModel lm = load_model(a.model, backend == "cuda" ? "bonsai-27b" : "tiny");
+  const double roofline_bw = runtime::roofline_bandwidth(backend);
+  fmt::print(stderr, "{} on {}\n{}\n", lm.label,
+             runtime::describe_backend(backend, a.model.threads), lm.model->hp.summary());
   runtime::Executor& ex = *lm.exec;
   const int64_t V = lm.model->hp.n_vocab;
   std::vector<Test> tests;
@@ -93,30 +99,40 @@ int run_bench(const BenchArgs& a) {
   for (const Test& t : tests) {
     const auto [mean, sd] = mean_sd(t.tok_s);
     const double disp = t.prefill ? double(t.dispatches) / t.n : double(t.dispatches);
-    rows.push_back({{"model", lm.label},
-                    {"backend", ex.name()},
-                    {"test", t.name},
-                    {"tok_s", mean},
-                    {"tok_s_sd", sd},
-                    {"runs", t.tok_s.size()},
-                    {"dispatches_per_token", disp},
-                    {"mb_per_token", t.prefill ? nlohmann::json() : nlohmann::json(mb_tok)},
-                    {"gb_s", t.prefill ? nlohmann::json() : nlohmann::json(mb_tok * mean / 1e3)}});
+    rows.push_back(
+        {{"model", lm.label},
+         {"backend", ex.name()},
+         {"test", t.name},
+         {"tok_s", mean},
+         {"tok_s_sd", sd},
+         {"runs", t.tok_s.size()},
+         {"dispatches_per_token", disp},
+         {"mb_per_token", t.prefill ? nlohmann::json() : nlohmann::json(mb_tok)},
+         {"gb_s", t.prefill ? nlohmann::json() : nlohmann::json(mb_tok * mean / 1e3)},
+         {"roofline_pct", t.prefill || roofline_bw == 0
+                              ? nlohmann::json()
+                              : nlohmann::json(100.0 * mb_tok * 1e6 * mean / roofline_bw)}});
   }
   if (a.output == "json") {
     fmt::print("{}\n", rows.dump(2));
     return 0;
   }
-  fmt::print("| model | backend | test | tok/s | dispatches/tok | MB/tok | GB/s |\n");
-  fmt::print("|---|---|---|---:|---:|---:|---:|\n");
+  if (roofline_bw > 0) {
+    fmt::print("roofline: {:.0f} GB/s measured copy bandwidth -> {:.0f} tok/s at {:.1f} MB/token\n",
+               roofline_bw / 1e9, roofline_bw / (mb_tok * 1e6), mb_tok);
+  }
+  fmt::print("| model | backend | test | tok/s | dispatches/tok | MB/tok | GB/s | % roofline |\n");
+  fmt::print("|---|---|---|---:|---:|---:|---:|---:|\n");
   for (const auto& r : rows) {
     const bool tg = !r["gb_s"].is_null();
-    fmt::print("| {} | {} | {} | {:.2f} ± {:.2f} | {:.1f} | {} | {} |\n",
+    const bool roof = !r["roofline_pct"].is_null();
+    fmt::print("| {} | {} | {} | {:.2f} ± {:.2f} | {:.1f} | {} | {} | {} |\n",
                r["model"].get<std::string>(), r["backend"].get<std::string>(),
                r["test"].get<std::string>(), r["tok_s"].get<double>(), r["tok_s_sd"].get<double>(),
                r["dispatches_per_token"].get<double>(),
                tg ? fmt::format("{:.1f}", r["mb_per_token"].get<double>()) : "—",
-               tg ? fmt::format("{:.1f}", r["gb_s"].get<double>()) : "—");
+               tg ? fmt::format("{:.1f}", r["gb_s"].get<double>()) : "—",
+               roof ? fmt::format("{:.1f}%", r["roofline_pct"].get<double>()) : "—");
   }
   return 0;
 }

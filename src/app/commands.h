@@ -14,5 +14,6 @@ Run add_eval(CLI::App& app);
 Run add_synth(CLI::App& app);
 Run add_convert(CLI::App& app);
 Run add_bench(CLI::App& app);
+Run add_ops(CLI::App& app);
 
 }  // namespace gdn::app

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   add("synth", "write a random-weight qwen35 model", gdn::app::add_synth);
   add("convert", "convert a HuggingFace Qwen3.5 checkpoint to GGUF", gdn::app::add_convert);
   add("bench", "measure prefill and decode speed", gdn::app::add_bench);
+  add("ops", "check every CUDA kernel against the CPU reference", gdn::app::add_ops);
   CLI11_PARSE(app, argc, argv);
   try {
     for (auto& [sub, run] : runs) {

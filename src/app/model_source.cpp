@@ -12,7 +12,7 @@ void add_model_options(CLI::App& app, ModelArgs& args) {
       ->check(CLI::IsMember(synth::preset_names()));
   app.add_option("--type", args.type, "weight type of a synthetic model");
   app.add_option("--seed", args.seed, "seed of a synthetic model");
-  app.add_option("--backend", args.backend, "cpu | auto");
+  app.add_option("--backend", args.backend, "auto (cuda when a GPU is present) | cpu | cuda");
   app.add_option("-t,--threads", args.threads, "CPU threads (0: all)");
   app.add_option("-c,--ctx", args.n_ctx, "KV cache positions");
 }

@@ -1,6 +1,8 @@
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "cuda/check.h"
 #include "cuda/device.h"
@@ -20,6 +22,29 @@ std::string describe_device() {
   return fmt::format("{}, {} SMs, {} MB L2, {:.0f} GiB, sm_{}{}", p.name, p.multiProcessorCount,
                      p.l2CacheSize >> 20, double(p.totalGlobalMem) / (1ull << 30), p.major,
                      p.minor);
+}
+
+double measure_copy_bandwidth(cudaStream_t s) {
+  const size_t bytes = size_t(1) << 30;
+  DeviceBuffer a(bytes), b(bytes);
+  CUDA_CHECK(cudaMemsetAsync(a.get(), 1, bytes, s));
+  cudaEvent_t start, stop;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<double> secs;
+  for (int r = 0; r < 8; ++r) {
+    CUDA_CHECK(cudaEventRecord(start, s));
+    CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, s));
+    CUDA_CHECK(cudaEventRecord(stop, s));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    if (r >= 2) secs.push_back(ms * 1e-3);  // the first copies warm up clocks and TLBs
+  }
+  CUDA_CHECK(cudaEventDestroy(start));
+  CUDA_CHECK(cudaEventDestroy(stop));
+  std::sort(secs.begin(), secs.end());
+  return 2.0 * double(bytes) / secs[secs.size() / 2];
 }
 
 DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {

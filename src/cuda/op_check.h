@@ -18,15 +18,15 @@
 namespace gdn::cuda::opcheck {
 
 struct Result {
-  std::string op;      // "matmul_q1_0", "rms_norm", ...
-  std::string shape;   // human-readable case description
+  std::string op;     // "matmul_q1_0", "rms_norm", ...
+  std::string shape;  // human-readable case description
   bool passed = false;
-  double error = 0;    // the metric the check used (e.g. max|Δ| / max|ref|)
+  double error = 0;  // the metric the check used (e.g. max|Δ| / max|ref|)
   double tolerance = 0;
   std::string detail;  // why it failed
   // --perf only (0 when not timed):
-  double us = 0;          // median kernel time
-  double bytes = 0;       // bytes the op must move (each input read once, output written once)
+  double us = 0;     // median kernel time
+  double bytes = 0;  // bytes the op must move (each input read once, output written once)
 };
 
 class Context {

@@ -1,0 +1,279 @@
+#include "cuda/cuda_executor.h"
+
+#include "common/error.h"
+#include "cuda/check.h"
+#include "quant/quant.h"
+
+namespace gdn::cuda {
+
+using model::Op;
+
+CudaExecutor::CudaExecutor(const model::Model& model, const runtime::ExecutorOptions& opts)
+    : model_(model), opts_(opts) {
+  if (!available()) fail("cuda backend: no CUDA device is available");
+  if (opts.n_slots <= 0) fail("cuda executor: n_slots must be positive, got {}", opts.n_slots);
+  if (opts.n_ctx <= 0) fail("cuda executor: n_ctx must be positive, got {}", opts.n_ctx);
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  upload_weights();
+  slots_.resize(static_cast<size_t>(opts.n_slots));
+  for (int s = 0; s < opts.n_slots; ++s) reset_slot(s);
+}
+
+CudaExecutor::~CudaExecutor() {
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+// Every matrix and vector a program can reference, uploaded once; programs later look them
+// up by the address of the model's field, so a step can never reach a stale copy.
+void CudaExecutor::upload_weights() {
+  auto add_matrix = [&](const model::Matrix& m) {
+    if (!m || matrices_.count(&m)) return;
+    GpuMatrix g = upload_matrix(m, stream_);
+    weight_bytes_ += g.device_bytes();
+    matrices_.emplace(&m, std::move(g));
+  };
+  auto add_vec = [&](const std::vector<float>& v) {
+    if (v.empty() || vectors_.count(&v)) return;
+    DeviceBuffer b(v.size() * sizeof(float));
+    CUDA_CHECK(cudaMemcpyAsync(b.get(), v.data(), b.bytes(), cudaMemcpyHostToDevice, stream_));
+    weight_bytes_ += b.bytes();
+    vectors_.emplace(&v, std::move(b));
+  };
+  add_matrix(model_.output);
+  add_vec(model_.output_norm);
+  for (int64_t il = 0; il < model_.hp.n_layer; ++il) {
+    const model::Layer& L = model_.layers[static_cast<size_t>(il)];
+    for (const auto* v : {&L.attn_norm, &L.post_norm}) add_vec(*v);
+    for (const auto* m : {&L.ffn_gate, &L.ffn_up, &L.ffn_down}) add_matrix(*m);
+    if (L.recurrent) {
+      const model::GdnWeights& g = L.gdn;
+      for (const auto* m : {&g.qkv, &g.gate, &g.beta, &g.alpha, &g.out}) add_matrix(*m);
+      for (const auto* v : {&g.conv, &g.dt_bias, &g.a, &g.norm}) add_vec(*v);
+    } else {
+      const model::AttentionWeights& a = L.attn;
+      for (const auto* m : {&a.q, &a.k, &a.v, &a.o}) add_matrix(*m);
+      for (const auto* v : {&a.q_norm, &a.k_norm}) add_vec(*v);
+    }
+  }
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+const CudaExecutor::Slot& CudaExecutor::slot_at(int slot) const {
+  if (slot < 0 || slot >= static_cast<int>(slots_.size())) {
+    fail("slot {} out of range [0, {})", slot, slots_.size());
+  }
+  return slots_[static_cast<size_t>(slot)];
+}
+
+void CudaExecutor::reset_slot(int slot) {
+  slot_at(slot);
+  const model::HParams& hp = model_.hp;
+  Slot& s = slots_[static_cast<size_t>(slot)];
+  const size_t n_layer = static_cast<size_t>(hp.n_layer);
+  s.k.resize(n_layer);
+  s.v.resize(n_layer);
+  s.conv.resize(n_layer);
+  s.ssm.resize(n_layer);
+  auto zeroed = [&](DeviceBuffer& b, int64_t floats) {
+    if (b.bytes() != size_t(floats) * sizeof(float))
+      b = DeviceBuffer(size_t(floats) * sizeof(float));
+    CUDA_CHECK(cudaMemsetAsync(b.get(), 0, b.bytes(), stream_));
+  };
+  for (size_t il = 0; il < n_layer; ++il) {
+    if (hp.is_recurrent(static_cast<int64_t>(il))) {
+      zeroed(s.conv[il], (hp.ssm_conv_kernel - 1) * hp.conv_dim());
+      zeroed(s.ssm[il], hp.ssm_n_v_heads * hp.ssm_d_state * hp.ssm_d_state);
+    } else {
+      // The KV cache needs no clearing: attention reads only positions already written.
+      if (!s.k[il].get()) s.k[il] = DeviceBuffer(size_t(opts_.n_ctx * hp.kv_dim()) * sizeof(float));
+      if (!s.v[il].get()) s.v[il] = DeviceBuffer(size_t(opts_.n_ctx * hp.kv_dim()) * sizeof(float));
+    }
+  }
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  s.n_past = 0;
+}
+
+void CudaExecutor::copy_slot(int src, int dst) {
+  const Slot& from = slot_at(src);
+  slot_at(dst);
+  if (src == dst) return;
+  Slot& to = slots_[static_cast<size_t>(dst)];
+  auto copy = [&](const std::vector<DeviceBuffer>& a, std::vector<DeviceBuffer>& b) {
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (a[i].bytes() == 0) continue;
+      CUDA_CHECK(
+          cudaMemcpyAsync(b[i].get(), a[i].get(), a[i].bytes(), cudaMemcpyDeviceToDevice, stream_));
+    }
+  };
+  copy(from.conv, to.conv);
+  copy(from.ssm, to.ssm);
+  // Only the positions in use are copied from the KV cache.
+  const size_t kv_bytes = size_t(from.n_past * model_.hp.kv_dim()) * sizeof(float);
+  for (size_t i = 0; i < from.k.size(); ++i) {
+    if (from.k[i].bytes() == 0 || kv_bytes == 0) continue;
+    CUDA_CHECK(cudaMemcpyAsync(to.k[i].get(), from.k[i].get(), kv_bytes, cudaMemcpyDeviceToDevice,
+                               stream_));
+    CUDA_CHECK(cudaMemcpyAsync(to.v[i].get(), from.v[i].get(), kv_bytes, cudaMemcpyDeviceToDevice,
+                               stream_));
+  }
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  to.n_past = from.n_past;
+}
+
+CudaExecutor::ProgramMem& CudaExecutor::program(int64_t n_tokens, bool all_logits) {
+  ProgramMem& pm = programs_[{n_tokens, all_logits}];
+  if (!pm.program) {
+    pm.program =
+        std::make_unique<model::Program>(model::build_forward(model_, n_tokens, all_logits));
+    for (const model::BufferSpec& b : pm.program->buffers) {
+      pm.buffers.emplace_back(size_t(b.rows * b.cols) * sizeof(float));
+    }
+  }
+  return pm;
+}
+
+void CudaExecutor::forward(std::span<const int32_t> ids, int slot, bool all_logits,
+                           std::vector<float>& logits) {
+  if (ids.empty()) fail("forward: no tokens given");
+  slot_at(slot);
+  Slot& s = slots_[static_cast<size_t>(slot)];
+  const int64_t T = static_cast<int64_t>(ids.size());
+  if (s.n_past + T > opts_.n_ctx) {
+    fail("slot {}: {} cached + {} new tokens exceed the context of {}", slot, s.n_past, T,
+         opts_.n_ctx);
+  }
+  ProgramMem& pm = program(T, all_logits);
+  int64_t dispatches = 0;
+  for (const model::Step& st : pm.program->steps) dispatches += step(st, pm, ids, s);
+  const model::BufferSpec& out = pm.program->buffers[static_cast<size_t>(pm.program->logits)];
+  logits.resize(static_cast<size_t>(out.rows * out.cols));
+  CUDA_CHECK(cudaMemcpyAsync(logits.data(),
+                             pm.buffers[static_cast<size_t>(pm.program->logits)].get(),
+                             logits.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  s.n_past += T;
+  last_dispatches_ = dispatches;
+}
+
+DevRows CudaExecutor::view(ProgramMem& pm, const model::View& v) const {
+  const model::BufferSpec& b = pm.program->buffers[static_cast<size_t>(v.buf)];
+  return {pm.buffers[static_cast<size_t>(v.buf)].as<float>() + v.col, b.rows, v.width, b.cols};
+}
+
+const GpuMatrix& CudaExecutor::matrix(const model::Matrix* m) const {
+  auto it = matrices_.find(m);
+  if (it == matrices_.end()) fail("cuda executor: matrix {} was not uploaded", m->name);
+  return it->second;
+}
+
+const float* CudaExecutor::vec(const std::vector<float>* v) const {
+  auto it = vectors_.find(v);
+  if (it == vectors_.end()) fail("cuda executor: a vector operand was not uploaded");
+  return it->second.as<float>();
+}
+
+// Returns the kernel launches (dispatches) the step made.
+int CudaExecutor::step(const model::Step& s, ProgramMem& pm, std::span<const int32_t> ids,
+                       Slot& slot) {
+  const model::HParams& hp = model_.hp;
+  auto in = [&](int i) { return view(pm, s.in[static_cast<size_t>(i)]); };
+  auto out = [&] { return view(pm, s.out); };
+  auto layer = [&](std::vector<DeviceBuffer>& per_layer) {
+    return per_layer.at(static_cast<size_t>(s.layer)).as<float>();
+  };
+  switch (s.op) {
+    case Op::Embed: {
+      // The embedding table stays on the host, as llama.cpp keeps it: a token reads one row,
+      // so gathering on the CPU and copying n_tokens rows is cheaper than holding the table.
+      const DevRows y = out();
+      embed_host_.resize(size_t(y.rows * y.cols));
+      const model::Matrix& t = model_.token_embd;
+      for (int64_t r = 0; r < y.rows; ++r) {
+        const int32_t id = ids[static_cast<size_t>(r)];
+        if (id < 0 || id >= t.n_out) {
+          fail("token id {} at position {} is outside the vocabulary [0, {})", id, r, t.n_out);
+        }
+        quant::dequantize_row(t.type, t.row(id), embed_host_.data() + r * y.cols, t.n_in);
+      }
+      CUDA_CHECK(cudaMemcpyAsync(y.data, embed_host_.data(), embed_host_.size() * sizeof(float),
+                                 cudaMemcpyHostToDevice, stream_));
+      // The host buffer is reused by the next forward: wait for the copy to leave it.
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+      return 1;
+    }
+    case Op::RmsNorm:
+      rms_norm(in(0), out(), vec(s.vec), s.head_dim > 0 ? s.head_dim : s.out.width, s.eps, stream_);
+      return 1;
+    case Op::MatMul: {
+      const GpuMatrix& w = matrix(s.w);
+      const DevRows x = in(0), y = out();
+      matmul(w, x.data, x.ld, y.data, y.ld, x.rows, workspace_, stream_);
+      return matmul_launches(w, x.rows);
+    }
+    case Op::Add:
+      binary(cpu::Binary::Add, in(0), in(0), out(), stream_);
+      return 1;
+    case Op::AddVec:
+      broadcast(cpu::Broadcast::Add, in(0), vec(s.vec), out(), stream_);
+      return 1;
+    case Op::MulVec:
+      broadcast(cpu::Broadcast::Mul, in(0), vec(s.vec), out(), stream_);
+      return 1;
+    case Op::Sigmoid:
+      unary(cpu::Unary::Sigmoid, in(0), out(), stream_);
+      return 1;
+    case Op::Softplus:
+      unary(cpu::Unary::Softplus, in(0), out(), stream_);
+      return 1;
+    case Op::Silu:
+      unary(cpu::Unary::Silu, in(0), out(), stream_);
+      return 1;
+    case Op::SiluMul:
+      binary(cpu::Binary::SiluMul, in(0), in(1), out(), stream_);
+      return 1;
+    case Op::SigmoidMul:
+      binary(cpu::Binary::SigmoidMul, in(0), in(1), out(), stream_);
+      return 1;
+    case Op::L2NormHeads:
+      l2_norm(in(0), out(), s.head_dim, s.eps, stream_);
+      return 1;
+    case Op::SplitHeads:
+      split_heads(in(0), out(), view(pm, s.out2), s.head_dim, stream_);
+      return 1;
+    case Op::ConvStep:
+      conv_step(in(0), out(), vec(s.vec), hp.ssm_conv_kernel, layer(slot.conv), stream_);
+      return 1;
+    case Op::StateGather: {
+      const DeviceBuffer& st = slot.ssm.at(static_cast<size_t>(s.layer));
+      copy_state(st.as<float>(), out().data, int64_t(st.bytes() / sizeof(float)), stream_);
+      return 1;
+    }
+    case Op::StateScatter: {
+      DeviceBuffer& st = slot.ssm.at(static_cast<size_t>(s.layer));
+      copy_state(in(0).data, st.as<float>(), int64_t(st.bytes() / sizeof(float)), stream_);
+      return 1;
+    }
+    case Op::GdnRecurrence: {
+      float* state = s.out2.valid() ? view(pm, s.out2).data : layer(slot.ssm);
+      gdn_recurrence(in(0), in(1), in(2), in(3), in(4), out(), state, hp.ssm_n_k_heads,
+                     hp.ssm_n_v_heads, s.head_dim, stream_);
+      return 1;
+    }
+    case Op::Rope:
+      rope(out(), s.head_dim, hp.n_rot, hp.rope_theta, slot.n_past, stream_);
+      return 1;
+    case Op::KvStore:
+      kv_store(in(0), in(1), layer(slot.k), layer(slot.v), hp.kv_dim(), slot.n_past, stream_);
+      return 1;
+    case Op::Attention:
+      attention(in(0), layer(slot.k), layer(slot.v), out(), hp.n_head, hp.n_head_kv, s.head_dim,
+                slot.n_past, stream_);
+      return 1;
+    case Op::CopyRows:
+      copy_rows(in(0), s.row0, out(), stream_);
+      return 1;
+  }
+  fail("cuda executor: op {} is not supported", model::op_name(s.op));
+}
+
+}  // namespace gdn::cuda

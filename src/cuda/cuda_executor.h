@@ -1,0 +1,70 @@
+// The CUDA executor at baseline granularity: one launch per program step, as llama.cpp
+// dispatches it. Weights are uploaded once in their stored bit width (repacked for the
+// kernels); caches live on the GPU in per-sequence slots. A step this executor cannot run is
+// refused with its op, types and shapes — there is no fallback to another kernel or the CPU.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "cuda/device.h"
+#include "cuda/kernels.h"
+#include "cuda/matrix.h"
+#include "model/program.h"
+#include "runtime/executor.h"
+
+namespace gdn::cuda {
+
+class CudaExecutor : public runtime::Executor {
+ public:
+  CudaExecutor(const model::Model& model, const runtime::ExecutorOptions& opts);
+  ~CudaExecutor() override;
+
+  std::string name() const override { return "cuda"; }
+  void forward(std::span<const int32_t> ids, int slot, bool all_logits,
+               std::vector<float>& logits) override;
+  int64_t n_past(int slot) const override { return slot_at(slot).n_past; }
+  void reset_slot(int slot) override;
+  void copy_slot(int src, int dst) override;
+  int64_t last_dispatches() const override { return last_dispatches_; }
+
+  // Bytes of weights resident on the GPU.
+  size_t weight_bytes() const { return weight_bytes_; }
+
+ private:
+  // One sequence's caches on the GPU, per layer (empty buffers where a layer has none).
+  struct Slot {
+    std::vector<DeviceBuffer> k, v, conv, ssm;
+    int64_t n_past = 0;
+  };
+  // The device buffers of one program (one per BufferSpec).
+  struct ProgramMem {
+    std::unique_ptr<model::Program> program;
+    std::vector<DeviceBuffer> buffers;
+  };
+
+  const Slot& slot_at(int slot) const;
+  ProgramMem& program(int64_t n_tokens, bool all_logits);
+  void upload_weights();
+  int step(const model::Step& s, ProgramMem& pm, std::span<const int32_t> ids, Slot& slot);
+  DevRows view(ProgramMem& pm, const model::View& v) const;
+  const GpuMatrix& matrix(const model::Matrix* m) const;
+  const float* vec(const std::vector<float>* v) const;
+
+  const model::Model& model_;
+  runtime::ExecutorOptions opts_;
+  cudaStream_t stream_ = nullptr;
+  std::unordered_map<const model::Matrix*, GpuMatrix> matrices_;
+  std::unordered_map<const std::vector<float>*, DeviceBuffer> vectors_;
+  std::vector<Slot> slots_;
+  std::map<std::pair<int64_t, bool>, ProgramMem> programs_;
+  MatmulWorkspace workspace_;
+  std::vector<float> embed_host_;  // embedding rows gathered on the host (see step())
+  size_t weight_bytes_ = 0;
+  int64_t last_dispatches_ = 0;
+};
+
+}  // namespace gdn::cuda

@@ -1,0 +1,236 @@
+// gdn_recurrence: the gated delta rule over the T tokens of a step, per value head h (key
+// head h % Hk), state S [d][d] (S[i][j]: key dim i, value dim j), for each token:
+//   S ← e^g·S;  δ = β(v − Sᵀk);  S ← S + kδᵀ;  o = Sᵀq / √d.
+//
+// Decode reads the whole state once and writes it once (Bonsai: 48 heads × 64 KB = 3 MB per
+// layer), so the kernel is built to stream it: every state element is loaded once into a
+// register, kept there across all T tokens (prefill loops over tokens inside the kernel), and
+// stored once.
+//
+// Layout. Column j of S evolves on its own: δ_j needs only column j (and all of k), and
+// o_j = Σ_i S'_ij q_i with S' = e^g·S + kδᵀ equals e^g·(Sᵀq)_j + δ_j·(k·q). So a CTA owns one
+// head and a slice of kCols value columns; its 8 warps split the key dim. A warp is
+// 32/kCols row groups × kCols columns; thread (group r, column c) holds S[r + G·m][c] for
+// m < kRows (G = 8·32/kCols row groups in the CTA). One warp load instruction reads
+// 32/kCols rows × kCols consecutive floats (kCols·4 ≥ 32 bytes: whole sectors), coalesced.
+// kCols ∈ {32, 16, 8} is the widest slice that still gives at least two CTAs per SM
+// (Bonsai on 132 SMs: 16 → 384 CTAs), read from the device, never hard-coded.
+//
+// Per token, one reduction phase: each thread forms three partial sums over its rows —
+// Σ S_ij k_i, Σ S_ij q_i (with S already decayed) and Σ k_i q_i — reduces them over the row
+// groups of its warp with xor shuffles (lanes that share a column), then across warps through
+// shared memory, every thread adding the 8 warp partials in warp order (deterministic, no
+// atomics, and every thread of a column gets the same δ). Then δ_j, the rank-1 update of the
+// thread's registers, and o_j (written by warp 0).
+//
+// Staging and barriers. q and k of the key head (d floats each), the slice of v, g and β are
+// staged in shared memory, double-buffered by token parity; each thread stages one element
+// (d ≤ 256 = the CTA's threads) and prefetches the token after next into registers, so global
+// latency overlaps a whole token of work. Two barriers per token:
+//   B1 (top of token t): token t's staged inputs are visible, and every thread has finished
+//      token t−1 — so the other staging slot and the reduction buffer may be overwritten.
+//   B2 (after the partial sums): every warp's partials are visible before they are summed.
+//
+// Precision vs the CPU (which sums in double and applies the update before computing o):
+// each token's sums round in f32 over kRows terms per thread plus log2(32/kCols) shuffle and
+// 8 warp levels (≲ 40 roundings of 2^-24 worst case, ~2e-6 relative, typically ≲ 5e-7); the
+// update e^g·S + kδ rounds once per element (fmaf) where the CPU rounds twice. With
+// L2-normalised k and β ∈ (0, 1) the update I − βkkᵀ and e^g ≤ 1 do not amplify old errors,
+// so they add up at most linearly over tokens: the op check allows 4e-6 + 4e-7·T.
+#include <cmath>
+#include <utility>
+
+#include "cuda/kernel_util.cuh"
+
+namespace gdn::cuda {
+namespace {
+
+using detail::row_ptr;
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kMaxD = kThreads;  // each thread stages one q and one k element
+
+struct GdnArgs {
+  DevRows q, k, v, g, beta, out;
+  float* state;
+  int n_k_heads, d;
+  float q_scale;  // 1/√d
+};
+
+// One token's inputs as this thread stages them: q[tid], k[tid] of the key head, v of column
+// col0 + tid (tid < kCols), g and β (thread 0). Zeros where the thread has nothing to stage,
+// so the staged vectors are zero-padded to kMaxD.
+struct Staged {
+  float q, k, v, g, b;
+};
+
+template <int kCols>
+__device__ __forceinline__ Staged load_token(const GdnArgs& a, int64_t t, int h, int kh,
+                                             int col0) {
+  const int tid = threadIdx.x;
+  Staged r{0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  if (tid < a.d) {
+    r.q = row_ptr(a.q, t)[kh * a.d + tid];
+    r.k = row_ptr(a.k, t)[kh * a.d + tid];
+  }
+  if (tid < kCols && col0 + tid < a.d) r.v = row_ptr(a.v, t)[h * a.d + col0 + tid];
+  if (tid == 0) {
+    r.g = row_ptr(a.g, t)[h];
+    r.b = row_ptr(a.beta, t)[h];
+  }
+  return r;
+}
+
+template <int kCols, int kRows>
+__global__ void __launch_bounds__(kThreads) gdn_kernel(GdnArgs a) {
+  constexpr int kSub = 32 / kCols;        // row groups per warp
+  constexpr int kGroups = kWarps * kSub;  // row groups per CTA
+  static_assert(kCols * kSub == 32 && kRows * kGroups <= kMaxD, "slice shape");
+
+  __shared__ float s_q[2][kMaxD], s_k[2][kMaxD], s_v[2][kCols], s_g[2], s_b[2];
+  __shared__ float s_red[3][kWarps][kCols];  // per warp: Σ S·k, Σ S·q, Σ k·q per column
+
+  const int d = a.d;
+  const int h = blockIdx.y, kh = h % a.n_k_heads, col0 = blockIdx.x * kCols;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int c = lane % kCols, grp = warp * kSub + lane / kCols;
+  const int j = col0 + c;
+  const bool col_ok = j < d;
+  float* S = a.state + int64_t(h) * d * d;
+
+  float s[kRows];  // S[grp + kGroups·m][j]
+#pragma unroll
+  for (int m = 0; m < kRows; ++m) {
+    const int i = grp + kGroups * m;
+    s[m] = col_ok && i < d ? S[int64_t(i) * d + j] : 0.0f;
+  }
+
+  const auto stage = [&](int slot, const Staged& r) {
+    s_q[slot][threadIdx.x] = r.q;
+    s_k[slot][threadIdx.x] = r.k;
+    if (threadIdx.x < kCols) s_v[slot][threadIdx.x] = r.v;
+    if (threadIdx.x == 0) s_g[slot] = r.g, s_b[slot] = r.b;
+  };
+
+  const int64_t T = a.out.rows;
+  Staged next = load_token<kCols>(a, 0, h, kh, col0);
+  stage(0, next);
+  if (T > 1) next = load_token<kCols>(a, 1, h, kh, col0);
+
+  for (int64_t t = 0; t < T; ++t) {
+    const int slot = static_cast<int>(t & 1);
+    // B1: token t's staged inputs are visible; every thread is done with token t−1, whose
+    // slot (slot ^ 1) and reduction partials may now be overwritten.
+    __syncthreads();
+    if (t + 1 < T) {
+      stage(slot ^ 1, next);
+      if (t + 2 < T) next = load_token<kCols>(a, t + 2, h, kh, col0);
+    }
+    const float decay = expf(s_g[slot]), beta = s_b[slot];
+
+    float kS = 0.0f, qS = 0.0f, kq = 0.0f;
+#pragma unroll
+    for (int m = 0; m < kRows; ++m) {
+      const int i = grp + kGroups * m;
+      if (i < d) {
+        const float ki = s_k[slot][i], qi = s_q[slot][i];
+        s[m] *= decay;
+        kS = fmaf(s[m], ki, kS);
+        qS = fmaf(s[m], qi, qS);
+        kq = fmaf(ki, qi, kq);
+      }
+    }
+#pragma unroll
+    for (int o = kCols; o < 32; o <<= 1) {  // row groups of this warp sharing column c
+      kS += __shfl_xor_sync(detail::kFullMask, kS, o);
+      qS += __shfl_xor_sync(detail::kFullMask, qS, o);
+      kq += __shfl_xor_sync(detail::kFullMask, kq, o);
+    }
+    if (lane < kCols) {
+      s_red[0][warp][c] = kS;
+      s_red[1][warp][c] = qS;
+      s_red[2][warp][c] = kq;
+    }
+    __syncthreads();  // B2: every warp's partial sums are visible before they are added
+
+    float kv = 0.0f, qv = 0.0f, kk = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      kv += s_red[0][w][c];
+      qv += s_red[1][w][c];
+      kk += s_red[2][w][c];
+    }
+    const float delta = beta * (s_v[slot][c] - kv);
+#pragma unroll
+    for (int m = 0; m < kRows; ++m) {
+      const int i = grp + kGroups * m;
+      if (i < d) s[m] = fmaf(s_k[slot][i], delta, s[m]);
+    }
+    if (warp == 0 && lane < kCols && col_ok) {
+      row_ptr(a.out, t)[int64_t(h) * d + j] = (qv + delta * kk) * a.q_scale;
+    }
+  }
+
+#pragma unroll
+  for (int m = 0; m < kRows; ++m) {
+    const int i = grp + kGroups * m;
+    if (col_ok && i < d) S[int64_t(i) * d + j] = s[m];
+  }
+}
+
+// Picks the smallest instantiated kRows (4, 8, 16, 32) that covers the key dim.
+template <int kCols, int kRows>
+void launch_rows(const GdnArgs& a, int rows_needed, dim3 grid, cudaStream_t s) {
+  constexpr int kGroups = kWarps * 32 / kCols;
+  if constexpr (kRows * kGroups < kMaxD) {
+    if (rows_needed > kRows) return launch_rows<kCols, kRows * 2>(a, rows_needed, grid, s);
+  }
+  gdn_kernel<kCols, kRows><<<grid, kThreads, 0, s>>>(a);
+}
+
+template <int kCols>
+void launch_cols(const GdnArgs& a, int n_v_heads, cudaStream_t s) {
+  constexpr int kGroups = kWarps * 32 / kCols;
+  const dim3 grid(detail::ceil_div(a.d, kCols), static_cast<unsigned>(n_v_heads));
+  launch_rows<kCols, 4>(a, static_cast<int>(detail::ceil_div(a.d, kGroups)), grid, s);
+}
+
+}  // namespace
+
+void gdn_recurrence(DevRows q, DevRows k, DevRows v, DevRows g, DevRows beta, DevRows out,
+                    float* state, int64_t n_k_heads, int64_t n_v_heads, int64_t d,
+                    cudaStream_t s) {
+  const char* op = "gdn_recurrence";
+  for (const auto& [name, view] : {std::pair<const char*, const DevRows&>{"q", q}, {"k", k},
+                                   {"v", v}, {"g", g}, {"beta", beta}, {"out", out}}) {
+    detail::check_view(op, name, view);
+    if (view.rows != out.rows) {
+      fail("cuda {}: {} has {} rows, out {}", op, name, view.rows, out.rows);
+    }
+  }
+  if (d < 1 || d > kMaxD || n_k_heads < 1 || n_v_heads < 1 || n_v_heads % n_k_heads != 0 ||
+      n_v_heads > detail::kMaxGridY || state == nullptr || q.cols != n_k_heads * d ||
+      k.cols != n_k_heads * d || v.cols != n_v_heads * d || out.cols != n_v_heads * d ||
+      g.cols != n_v_heads || beta.cols != n_v_heads) {
+    fail("cuda {}: Hk {} Hv {} d {} (d <= {}, Hv a multiple of Hk) with q [{}x{}] k [{}x{}] "
+         "v [{}x{}] g [{}x{}] beta [{}x{}] out [{}x{}]",
+         op, n_k_heads, n_v_heads, d, kMaxD, q.rows, q.cols, k.rows, k.cols, v.rows, v.cols,
+         g.rows, g.cols, beta.rows, beta.cols, out.rows, out.cols);
+  }
+  const GdnArgs a{q,     k,     v,    g, beta, out, state, static_cast<int>(n_k_heads),
+                  static_cast<int>(d), static_cast<float>(1.0 / std::sqrt(double(d)))};
+  // The widest column slice that still gives every SM two CTAs (more, smaller CTAs balance
+  // the state's bytes across SMs; below that the narrowest slice gives the most CTAs).
+  const int64_t min_ctas = 2 * int64_t(detail::sm_count());
+  if (n_v_heads * detail::ceil_div(d, 32) >= min_ctas) {
+    launch_cols<32>(a, static_cast<int>(n_v_heads), s);
+  } else if (n_v_heads * detail::ceil_div(d, 16) >= min_ctas) {
+    launch_cols<16>(a, static_cast<int>(n_v_heads), s);
+  } else {
+    launch_cols<8>(a, static_cast<int>(n_v_heads), s);
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace gdn::cuda

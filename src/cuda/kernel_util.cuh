@@ -1,0 +1,113 @@
+// Device helpers and launcher checks shared by the kernel families (norm, elementwise, conv,
+// gdn, attention). One home for each: block reductions, view addressing, shape assertions.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "common/error.h"
+#include "cuda/check.h"
+#include "cuda/kernels.h"
+
+namespace gdn::cuda::detail {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+// ---------------------------------------------------------------------------------------------
+// Device side
+
+__device__ __forceinline__ float* row_ptr(const DevRows& v, int64_t r) {
+  return v.data + r * v.ld;
+}
+
+// Sum over the 32 lanes by butterfly: every lane ends with the same value (same additions in
+// the same order on every lane), so later per-lane decisions agree.
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+  return v;
+}
+
+// Sum over the block, returned to every thread. `scratch` holds 32 floats of shared memory.
+// Deterministic: warp sums are added in warp order by every thread. Every thread of the
+// block must call it (it contains barriers).
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int n_warps = (blockDim.x + 31) >> 5;
+  v = warp_sum(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();  // orders the warp sums' stores before every thread reads them
+  float total = 0.0f;
+  for (int w = 0; w < n_warps; ++w) total += scratch[w];
+  __syncthreads();  // orders those reads before a later call overwrites scratch
+  return total;
+}
+
+// The CPU reference's activations (cpu/ops.cpp), in f32 with the accurate expf/log1pf (the
+// build does not use --use_fast_math): a few ulp from glibc's.
+__device__ __forceinline__ float sigmoid(float x) {
+  return 1.0f / (1.0f + expf(-x));
+}
+__device__ __forceinline__ float softplus(float x) {
+  return x > 20.0f ? x : log1pf(expf(x));
+}
+__device__ __forceinline__ float silu(float x) {
+  return x * sigmoid(x);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side: launcher assertions (gdn::Error naming the op and the shape)
+
+inline void check_view(const char* op, const char* name, const DevRows& v) {
+  if (v.data == nullptr || v.rows <= 0 || v.cols <= 0 || v.ld < v.cols) {
+    fail("cuda {}: {} view [{}x{}] (ld {}) must be non-empty with ld >= cols", op, name, v.rows,
+         v.cols, v.ld);
+  }
+  // Kernels index within a row with 32-bit ints and across rows with 64-bit ones.
+  if (v.ld > INT32_MAX) fail("cuda {}: {} row stride {} exceeds 2^31", op, name, v.ld);
+}
+
+inline void check_same_shape(const char* op, const DevRows& a, const char* an, const DevRows& b,
+                             const char* bn) {
+  if (a.rows != b.rows || a.cols != b.cols) {
+    fail("cuda {}: {} [{}x{}] and {} [{}x{}] must have the same shape", op, an, a.rows, a.cols, bn,
+         b.rows, b.cols);
+  }
+}
+
+inline bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+// True when the view can be read and written as float4: base 16-byte aligned and every row
+// start too (ld a multiple of 4), and whole float4s per row.
+inline bool vec4_ok(const DevRows& v) {
+  return aligned16(v.data) && v.ld % 4 == 0 && v.cols % 4 == 0;
+}
+
+inline unsigned ceil_div(int64_t a, int64_t b) {
+  return static_cast<unsigned>((a + b - 1) / b);
+}
+
+// The current device's multiprocessor count, read once per device (launch shapes adapt to
+// it; no SM count is hard-coded). Safe during stream capture: it is not a stream operation.
+inline int sm_count() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cache[kMaxDevices];  // static storage: zero-initialised
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  int n = dev >= 0 && dev < kMaxDevices ? cache[dev].load(std::memory_order_relaxed) : 0;
+  if (n == 0) {
+    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    if (dev >= 0 && dev < kMaxDevices) cache[dev].store(n, std::memory_order_relaxed);
+  }
+  return n;
+}
+
+// The largest grid.y / grid.z a launch may use; kernels that take rows from grid.y loop
+// over rows with this stride.
+constexpr int64_t kMaxGridY = 65535;
+
+}  // namespace gdn::cuda::detail

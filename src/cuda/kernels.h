@@ -1,0 +1,113 @@
+// The non-matmul CUDA kernels: the GPU twins of cpu/ops.h, same names and argument meanings,
+// with device pointers and a stream. Every launcher checks its shapes (gdn::Error naming the
+// op and the shape) and the launch (CUDA_CHECK_LAUNCH); none synchronises, allocates or
+// copies through the host, so every one can be captured into a CUDA graph.
+//
+// Conventions shared by all of them:
+//   * DevRows is a strided f32 view like cpu::Rows: rows × cols, row stride ld (floats),
+//     usually a column range of a wider buffer, so data need not be 16-byte aligned.
+//   * An output may alias its input exactly (same data and ld: in-place ops of the decode
+//     program such as silu(conv) → conv); partially overlapping views are not supported.
+//   * Cache and state layouts are the CPU executor's: K/V cache [n_ctx][Hkv·D] per layer,
+//     GDN state [Hv][dk][dv] (S[i][j]: key dim i, value dim j), conv history [K-1][C] oldest
+//     first.
+//
+// C++17-clean: included from .cu files (nvcc compiles them as C++17) and from C++20 .cpp.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "quant/types.h"
+
+// The element-wise op enums are cpu/ops.h's. That header pulls C++20 headers (<span>) that
+// nvcc's C++17 front end cannot parse, so .cu files see only these opaque declarations and
+// switch on the enumerator values restated in cuda::op_value below; checks_ops.cpp (C++20)
+// static_asserts that the two agree. C++20 callers get the full definitions.
+namespace gdn::cpu {
+enum class Unary;      // Sigmoid, Softplus, Silu
+enum class Binary;     // Add, SiluMul, SigmoidMul
+enum class Broadcast;  // Add, Mul
+}  // namespace gdn::cpu
+#if __cplusplus >= 202002L && !defined(__CUDACC__)
+#include "cpu/ops.h"
+#endif
+
+namespace gdn::cuda {
+
+namespace op_value {  // cpu/ops.h's enumerator values (checked in checks_ops.cpp)
+inline constexpr int kSigmoid = 0, kSoftplus = 1, kSilu = 2;  // cpu::Unary
+inline constexpr int kAdd = 0, kSiluMul = 1, kSigmoidMul = 2;  // cpu::Binary
+inline constexpr int kBroadcastAdd = 0, kBroadcastMul = 1;     // cpu::Broadcast
+}  // namespace op_value
+
+// Device view: rows × cols, row stride ld (floats).
+struct DevRows {
+  float* data;
+  int64_t rows, cols, ld;
+};
+
+// The token embedding table on the GPU in its GGUF storage format, rows uploaded byte for
+// byte (no repacking): a step reads only n_tokens rows, so the format hardly matters for
+// speed, and keeping the file's bytes costs the least memory (Q1_0 Bonsai: 178 MB, against
+// 5 GB as f32) and lets the kernel reproduce quant::dequantize_row bit for bit.
+struct DevTable {
+  const void* data;  // n_out rows of row_bytes each
+  quant::Type type;
+  int64_t n_in;  // elements per row (E)
+  int64_t n_out;  // rows (vocabulary)
+  size_t row_bytes;
+};
+
+// y = x·rsqrt(mean(x²) + eps)·w per chunk of `chunk` columns (w has `chunk` entries).
+void rms_norm(DevRows x, DevRows y, const float* w, int64_t chunk, float eps, cudaStream_t s);
+// y = x·rsqrt(Σx² + eps) per chunk of `chunk` columns.
+void l2_norm(DevRows x, DevRows y, int64_t chunk, float eps, cudaStream_t s);
+
+// y[t] = table row ids[t], dequantised exactly as quant::dequantize_row. ids is a device
+// array of y.rows ids. A kernel cannot throw: a row whose id is outside [0, n_out) is
+// written as NaN, so callers validate ids on the host (the CPU executor's message).
+void embed(DevTable table, const int32_t* ids, DevRows y, cudaStream_t s);
+
+void unary(cpu::Unary f, DevRows x, DevRows y, cudaStream_t s);
+// y = y + x | x·silu(g) | x·sigmoid(g)   (g unused for Add)
+void binary(cpu::Binary f, DevRows x, DevRows g, DevRows y, cudaStream_t s);
+// y = x (+|·) v[col]
+void broadcast(cpu::Broadcast f, DevRows x, const float* v, DevRows y, cudaStream_t s);
+
+// x holds per head [a | b] of head_dim each: a parts to ya, b parts to yb.
+void split_heads(DevRows x, DevRows ya, DevRows yb, int64_t head_dim, cudaStream_t s);
+// y = x rows [row0, row0 + y.rows).
+void copy_rows(DevRows x, int64_t row0, DevRows y, cudaStream_t s);
+// n floats src → dst as one kernel launch (the baseline's state gather/scatter is a
+// dispatch, as llama.cpp's copy kernel is; a cudaMemcpyAsync would hide it from the count).
+void copy_state(const float* src, float* dst, int64_t n, cudaStream_t s);
+// k and v rows t → k_cache/v_cache row pos0 + t (cache rows are kv_dim floats; k.cols and
+// v.cols must equal kv_dim). One launch for both. The caller guarantees pos0 + rows <= n_ctx.
+void kv_store(DevRows k, DevRows v, float* k_cache, float* v_cache, int64_t kv_dim, int64_t pos0,
+              cudaStream_t s);
+
+// Causal depthwise conv over the T rows of x (tap K-1 multiplies the current row); `state`
+// [K-1][C] holds the previous K-1 inputs, oldest first, and is advanced in place. w is [C][K].
+void conv_step(DevRows x, DevRows y, const float* w, int64_t kernel, float* state,
+               cudaStream_t s);
+
+// Gated delta rule over the T rows, value head h using key head h % Hk. q, k: [T][Hk·d]
+// (L2-normalised), v, out: [T][Hv·d], g, beta: [T][Hv], state [Hv][d][d] updated in place.
+// d <= 256. No output may alias an input.
+void gdn_recurrence(DevRows q, DevRows k, DevRows v, DevRows g, DevRows beta, DevRows out,
+                    float* state, int64_t n_k_heads, int64_t n_v_heads, int64_t d,
+                    cudaStream_t s);
+
+// NeoX RoPE in place on the first n_rot dims of every head of x, row t at position pos0 + t.
+void rope(DevRows x, int64_t head_dim, int64_t n_rot, float theta, int64_t pos0, cudaStream_t s);
+
+// Causal GQA attention of T query rows at positions pos0.. against caches holding positions
+// [0, pos0 + T): q, out [T][H·D], caches [n_ctx][Hkv·D]; query head h reads kv head
+// h / (H / Hkv). D <= 256. The caller guarantees pos0 + T <= n_ctx.
+void attention(DevRows q, const float* k_cache, const float* v_cache, DevRows out, int64_t n_head,
+               int64_t n_head_kv, int64_t head_dim, int64_t pos0, cudaStream_t s);
+
+}  // namespace gdn::cuda

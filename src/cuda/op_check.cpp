@@ -1,0 +1,195 @@
+#include "cuda/op_check.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "cuda/check.h"
+#include "cuda/device.h"
+#include "cuda/read_ceiling.h"
+
+namespace gdn::cuda::opcheck {
+
+void add_matmul_checks(Context& ctx, std::vector<Result>& out);
+void add_ops_checks(Context& ctx, std::vector<Result>& out);
+
+const std::vector<Family>& families() {
+  static const std::vector<Family> all = {
+      {"matmul", add_matmul_checks},
+      {"ops", add_ops_checks},
+  };
+  return all;
+}
+
+namespace {
+
+// Inputs rotated beyond the 60 MB L2 so timings measure DRAM, not cache.
+constexpr double kRotateBytes = 160e6;
+constexpr int kGraphLaunches = 20;
+
+int sm_count() {
+  int dev = 0, n = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  return n;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+Context::Context(bool perf, uint64_t seed) : perf_(perf), rng_(seed) {
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+}
+
+Context::~Context() {
+  cudaStreamDestroy(stream_);
+}
+
+std::vector<float> Context::random(size_t n, float lo, float hi) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) {
+    do x = d(rng_);
+    while (x == 0.0f);
+  }
+  return v;
+}
+
+// Launches are captured into a graph of kGraphLaunches and the graph replayed: the per-launch
+// time then excludes host launch cost, as it will in the executor's CUDA graphs.
+double Context::time_us(const std::function<void(int)>& launch, int repeats) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < kGraphLaunches; ++i) launch(i);
+  CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t start, stop;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  for (int w = 0; w < 3; ++w) CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+  std::vector<double> us;
+  for (int r = 0; r < std::max(3, repeats / kGraphLaunches); ++r) {
+    CUDA_CHECK(cudaEventRecord(start, stream_));
+    CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+    CUDA_CHECK(cudaEventRecord(stop, stream_));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    us.push_back(1e3 * ms / kGraphLaunches);
+  }
+  CUDA_CHECK(cudaEventDestroy(start));
+  CUDA_CHECK(cudaEventDestroy(stop));
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  return median(us);
+}
+
+double Context::read_ceiling_us(double bytes) {
+  const size_t size = (static_cast<size_t>(bytes) + 255) & ~size_t(255);
+  const int copies = static_cast<int>(std::ceil(kRotateBytes / double(size))) + 1;
+  DeviceBuffer buf(size * copies), sink(sizeof(unsigned));
+  CUDA_CHECK(cudaMemsetAsync(buf.get(), 0x5A, buf.bytes(), stream_));
+  const int n_sm = sm_count();
+  return time_us([&](int i) {
+    stream_read(buf.as<char>() + size * (i % copies), size, sink.as<unsigned>(), n_sm, stream_);
+  });
+}
+
+double Context::copy_bandwidth() {
+  if (copy_bw_ == 0) copy_bw_ = measure_copy_bandwidth(stream_);
+  return copy_bw_;
+}
+
+Result compare(const std::string& op, const std::string& shape, const std::vector<float>& gpu,
+               const std::vector<float>& ref, double tol) {
+  Result r{op, shape};
+  r.tolerance = tol;
+  if (gpu.size() != ref.size()) {
+    r.detail = fmt::format("size {} vs reference {}", gpu.size(), ref.size());
+    return r;
+  }
+  double max_ref = 0, max_err = 0;
+  size_t worst = 0;
+  for (size_t i = 0; i < gpu.size(); ++i) {
+    if (!std::isfinite(gpu[i])) {
+      r.detail =
+          fmt::format("element {} is {} (unwritten or overflow); reference {}", i, gpu[i], ref[i]);
+      r.error = INFINITY;
+      return r;
+    }
+    max_ref = std::max(max_ref, std::abs(double(ref[i])));
+    const double e = std::abs(double(gpu[i]) - double(ref[i]));
+    if (e > max_err) max_err = e, worst = i;
+  }
+  r.error = max_err / std::max(max_ref, 1e-30);
+  r.passed = r.error <= tol;
+  if (!r.passed) {
+    r.detail = fmt::format("worst element {}: gpu {} reference {}", worst, gpu[worst], ref[worst]);
+  }
+  return r;
+}
+
+int run(const std::string& filter, bool perf, uint64_t seed) {
+  Context ctx(perf, seed);
+  fmt::print("device: {}\n", describe_device());
+  double copy_bw = 0;
+  if (perf) {
+    copy_bw = ctx.copy_bandwidth();
+    fmt::print("device-to-device copy bandwidth: {:.0f} GB/s (read + write)\n", copy_bw / 1e9);
+  }
+  std::vector<Result> all;
+  for (const Family& f : families()) {
+    const std::string name = f.name;
+    const bool related = filter.empty() || filter.rfind(name, 0) == 0 || name.rfind(filter, 0) == 0;
+    if (!related) continue;
+    std::vector<Result> got;
+    f.run(ctx, got);
+    for (Result& r : got) {
+      if (filter.empty() || r.op.rfind(filter, 0) == 0 || filter == name) all.push_back(r);
+    }
+  }
+  if (perf) {
+    fmt::print("\n{:<18} {:<44} {:>9} {:>9} {:>8} {:>9}\n", "op", "case", "us", "GB/s", "%copy",
+               "%read");
+  }
+  std::map<std::string, std::pair<int, int>> per_op;  // passed, total
+  std::vector<std::string> order;
+  int failed = 0;
+  for (const Result& r : all) {
+    if (!per_op.count(r.op)) order.push_back(r.op);
+    auto& [ok, n] = per_op[r.op];
+    ++n;
+    ok += r.passed;
+    failed += !r.passed;
+    if (!r.passed) {
+      fmt::print("FAIL {} [{}]: error {:.3g} > tolerance {:.3g}: {}\n", r.op, r.shape, r.error,
+                 r.tolerance, r.detail);
+    }
+    if (perf && r.us > 0) {
+      const double gbs = r.bytes / (r.us * 1e-6) / 1e9;
+      const double ceiling_us = ctx.read_ceiling_us(r.bytes);
+      fmt::print("{:<18} {:<44} {:>9.2f} {:>9.0f} {:>7.1f}% {:>8.1f}%\n", r.op, r.shape, r.us, gbs,
+                 100.0 * gbs * 1e9 / copy_bw, 100.0 * ceiling_us / r.us);
+    }
+  }
+  fmt::print("\n");
+  for (const std::string& op : order) {
+    const auto& [ok, n] = per_op[op];
+    fmt::print("{:<24} {}/{} passed\n", op, ok, n);
+  }
+  fmt::print("{} passed, {} failed\n", int(all.size()) - failed, failed);
+  if (all.empty()) {
+    fmt::print("no op matches '{}'\n", filter);
+    return 1;
+  }
+  return failed;
+}
+
+}  // namespace gdn::cuda::opcheck

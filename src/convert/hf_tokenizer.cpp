@@ -21,12 +21,12 @@ namespace {
 // llama.cpp token types (llama_token_type / gguf.TokenType).
 enum TokenType : int32_t { kNormal = 1, kControl = 3, kUserDefined = 4, kUnused = 5 };
 
-// Special-token kinds SpecialVocab knows, with their GGUF id keys (llama.cpp's spellings).
+// Special-token kinds SpecialVocab reads that llama.cpp's GGUF writer has id keys for (it
+// skips "cls"), with those keys' spellings.
 constexpr std::pair<const char*, const char*> kSpecialKinds[] = {
     {"bos", "tokenizer.ggml.bos_token_id"},     {"eos", "tokenizer.ggml.eos_token_id"},
     {"unk", "tokenizer.ggml.unknown_token_id"}, {"sep", "tokenizer.ggml.seperator_token_id"},
-    {"pad", "tokenizer.ggml.padding_token_id"}, {"cls", "tokenizer.ggml.cls_token_id"},
-    {"mask", "tokenizer.ggml.mask_token_id"}};
+    {"pad", "tokenizer.ggml.padding_token_id"}, {"mask", "tokenizer.ggml.mask_token_id"}};
 // The add_<kind>_token flags GGUF has keys for.
 constexpr const char* kAddKinds[] = {"bos", "eos", "sep"};
 

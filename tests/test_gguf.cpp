@@ -358,6 +358,19 @@ TEST_F(GgufFile, WriteThenOpenMapsTheFile) {
   EXPECT_EQ(moved.tensor("b").offset, 192u);
 }
 
+TEST_F(GgufFile, FailedWriteLeavesOldFileAndNoTemp) {
+  const std::string p = path("model.gguf");
+  Writer good;
+  good.meta().set("v", Value::u32(1));
+  good.write(p);
+  Writer bad;
+  bad.meta().set("v", Value::u32(2));
+  bad.add_tensor("t", Type::F32, {4}, [](std::span<uint8_t>) { fail("filler gave up"); });
+  expect_contains(error_of([&] { bad.write(p); }), {"filler gave up"});
+  EXPECT_FALSE(std::filesystem::exists(p + ".tmp"));
+  EXPECT_EQ(File::open(p).meta().get_int("v"), 1);
+}
+
 TEST_F(GgufFile, OpenErrorsCarryErrnoText) {
   expect_contains(error_of([&] { File::open(path("nope.gguf")); }),
                   {"nope.gguf", "No such file or directory"});

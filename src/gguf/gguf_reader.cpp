@@ -340,6 +340,16 @@ class Parser {
   std::vector<uint64_t> offset_fields_;
 };
 
+struct UniqueFd {
+  int fd;
+  explicit UniqueFd(int f) : fd(f) {}
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  ~UniqueFd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
 [[noreturn]] void fail_errno(const std::string& path, const char* what, int err) {
   fail("{}: {}: {}", path, what, std::strerror(err));
 }
@@ -360,27 +370,17 @@ File File::parse(std::span<const uint8_t> bytes, const std::string& name) {
 }
 
 std::unique_ptr<File::Mapping> File::Mapping::map(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail_errno(path, "cannot open", errno);
+  const UniqueFd fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (fd.fd < 0) fail_errno(path, "cannot open", errno);
   struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    fail_errno(path, "cannot stat", err);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail_errno(path, "cannot map", S_ISDIR(st.st_mode) ? EISDIR : ENODEV);
-  }
-  if (st.st_size == 0) {
-    ::close(fd);
-    fail("{}: empty file (0 bytes), not a GGUF file", path);
-  }
+  if (::fstat(fd.fd, &st) != 0) fail_errno(path, "cannot stat", errno);
+  if (S_ISDIR(st.st_mode)) fail_errno(path, "cannot map", EISDIR);
+  if (!S_ISREG(st.st_mode)) fail_errno(path, "cannot map", ENODEV);
+  if (st.st_size == 0) fail("{}: empty file (0 bytes), not a GGUF file", path);
   const auto len = static_cast<size_t>(st.st_size);
-  void* addr = ::mmap(nullptr, len, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int err = errno;
-  ::close(fd);  // the mapping keeps the file alive
-  if (addr == MAP_FAILED) fail_errno(path, "cannot mmap", err);
+  // The mapping keeps the file's pages alive after the descriptor closes.
+  void* addr = ::mmap(nullptr, len, PROT_READ, MAP_PRIVATE, fd.fd, 0);
+  if (addr == MAP_FAILED) fail_errno(path, "cannot mmap", errno);
   return std::make_unique<Mapping>(addr, len);
 }
 

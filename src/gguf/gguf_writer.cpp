@@ -50,9 +50,10 @@ T integer_as(const std::string& label, const Value& v) {
 template <typename T>
 const T& payload(const std::string& label, const Value& v) {
   const T* p = std::get_if<T>(&v.data);
-  if (!p)
+  if (!p) {
     fail("metadata key '{}': {} value holds the wrong kind of data", label,
          value_type_name(v.type));
+  }
   return *p;
 }
 
@@ -156,6 +157,16 @@ void Writer::add_tensor(const std::string& name, quant::Type type, std::vector<i
 
 void Writer::emit(const std::function<void(std::span<const uint8_t>)>& out) const {
   const uint64_t alignment = alignment_of(meta_);
+  std::vector<uint64_t> offsets;
+  uint64_t next = 0;
+  for (const Pending& t : tensors_) {
+    if (next > UINT64_MAX - alignment || t.size > UINT64_MAX - alignment - next) {
+      fail("tensor '{}': data section overflows 64-bit offsets", t.name);
+    }
+    offsets.push_back(next);
+    next = detail::align_up(next + t.size, alignment);
+  }
+
   ByteSink head;
   head.put<uint32_t>(0x46554747);  // "GGUF"
   head.put<uint32_t>(detail::kVersion);
@@ -166,26 +177,20 @@ void Writer::emit(const std::function<void(std::span<const uint8_t>)>& out) cons
     head.put(static_cast<uint32_t>(value.type));
     put_value(head, key, value, 0);
   }
-  std::vector<uint64_t> offsets;
-  uint64_t next = 0;
-  for (const Pending& t : tensors_) {
-    offsets.push_back(next);
-    if (next > UINT64_MAX - alignment || t.size > UINT64_MAX - alignment - next)
-      fail("tensor '{}': data section overflows", t.name);
-    next = detail::align_up(next + t.size, alignment);
-    head.put_string(t.name);
-    head.put<uint32_t>(static_cast<uint32_t>(t.ne.size()));
-    for (int64_t d : t.ne) head.put(d);
-    head.put(static_cast<uint32_t>(t.type));
-    head.put(offsets.back());
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    head.put_string(tensors_[i].name);
+    head.put<uint32_t>(static_cast<uint32_t>(tensors_[i].ne.size()));
+    for (int64_t d : tensors_[i].ne) head.put(d);
+    head.put(static_cast<uint32_t>(tensors_[i].type));
+    head.put(offsets[i]);
   }
   head.pad_to(alignment);
   out(head.bytes());
 
   for (size_t i = 0; i < tensors_.size(); ++i) {
     if (i > 0) {
-      const uint64_t end = offsets[i - 1] + tensors_[i - 1].size;
-      out(std::vector<uint8_t>(offsets[i] - end, 0));
+      const uint64_t prev_end = offsets[i - 1] + tensors_[i - 1].size;
+      out(std::vector<uint8_t>(offsets[i] - prev_end, 0));
     }
     std::vector<uint8_t> data(tensors_[i].size);
     if (tensors_[i].fill) tensors_[i].fill(data);

@@ -174,17 +174,15 @@ void launch_attention(const AttnArgs& a, int64_t rows, cudaStream_t s) {
   if constexpr (kDims < kMaxHeadDim / 32) {
     if (a.head_dim > 32 * kDims) return launch_attention<kDims * 2>(a, rows, s);
   }
-  attention_kernel<kDims>
-      <<<static_cast<unsigned>(rows * a.n_head), kAttnThreads, 0, s>>>(a);
+  attention_kernel<kDims><<<static_cast<unsigned>(rows * a.n_head), kAttnThreads, 0, s>>>(a);
 }
 
 }  // namespace
 
 void rope(DevRows x, int64_t head_dim, int64_t n_rot, float theta, int64_t pos0, cudaStream_t s) {
   detail::check_view("rope", "x", x);
-  if (head_dim <= 0 || x.cols % head_dim != 0 || n_rot <= 0 || n_rot % 2 != 0 ||
-      n_rot > head_dim || n_rot > kMaxRot || pos0 < 0 || !(theta > 0.0f) ||
-      x.rows > INT32_MAX) {
+  if (head_dim <= 0 || x.cols % head_dim != 0 || n_rot <= 0 || n_rot % 2 != 0 || n_rot > head_dim ||
+      n_rot > kMaxRot || pos0 < 0 || !(theta > 0.0f) || x.rows > INT32_MAX) {
     fail("cuda rope: x [{}x{}] head_dim {} n_rot {} (even, <= head_dim, <= {}) theta {} pos0 {}",
          x.rows, x.cols, head_dim, n_rot, kMaxRot, theta, pos0);
   }
@@ -202,9 +200,10 @@ void attention(DevRows q, const float* k_cache, const float* v_cache, DevRows ou
   if (n_head < 1 || n_head_kv < 1 || n_head % n_head_kv != 0 || head_dim < 1 ||
       head_dim > kMaxHeadDim || q.cols != n_head * head_dim || pos0 < 0 || k_cache == nullptr ||
       v_cache == nullptr || q.rows * n_head > INT32_MAX) {
-    fail("cuda attention: q, out [{}x{}] with H {} Hkv {} D {} (D <= {}, H a multiple of Hkv) "
-         "at position {}",
-         q.rows, q.cols, n_head, n_head_kv, head_dim, kMaxHeadDim, pos0);
+    fail(
+        "cuda attention: q, out [{}x{}] with H {} Hkv {} D {} (D <= {}, H a multiple of Hkv) "
+        "at position {}",
+        q.rows, q.cols, n_head, n_head_kv, head_dim, kMaxHeadDim, pos0);
   }
   const AttnArgs a{q,
                    out,

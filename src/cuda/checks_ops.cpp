@@ -82,8 +82,8 @@ const float kPoison = std::bit_cast<float>(0xFFFFFFFFu);  // a NaN
 // [off, off + cols). The host copy holds the inputs and, after the CPU op, the reference.
 class Buf {
  public:
-  Buf(Context& ctx, int64_t rows, int64_t cols, int64_t off = 0, int64_t pad = 0,
-      float lo = -1.0f, float hi = 1.0f)
+  Buf(Context& ctx, int64_t rows, int64_t cols, int64_t off = 0, int64_t pad = 0, float lo = -1.0f,
+      float hi = 1.0f)
       : rows_(rows),
         cols_(cols),
         off_(off),
@@ -136,9 +136,10 @@ class Buf {
         const size_t e = size_t(i * ld_ + c);
         if (std::memcmp(&got[e], &before_[e], sizeof(float)) != 0) {
           res.passed = false;
-          res.detail = fmt::format("wrote outside its view: row {} column {} (view columns "
-                                   "[{}, {}))",
-                                   i, c, off_, off_ + cols_);
+          res.detail = fmt::format(
+              "wrote outside its view: row {} column {} (view columns "
+              "[{}, {}))",
+              i, c, off_, off_ + cols_);
           return res;
         }
       }
@@ -204,16 +205,15 @@ void check_norms(Context& ctx, std::vector<Result>& out) {
     Buf w(ctx, 1, c.chunk, 0, 0, 0.8f, 1.2f);
     Buf& dst = c.in_place ? x : y;
     if (!c.in_place) y.poison();
-    const std::string shape = fmt::format("T={} cols={} chunk={}{}{} {}", c.T, c.cols, c.chunk,
-                                          view_desc(c.off, c.pad), c.in_place ? " in-place" : "",
-                                          c.what);
+    const std::string shape =
+        fmt::format("T={} cols={} chunk={}{}{} {}", c.T, c.cols, c.chunk, view_desc(c.off, c.pad),
+                    c.in_place ? " in-place" : "", c.what);
     cpu::rms_norm(x.host(), dst.host(), w.host_data(), c.chunk, kEps);
     rms_norm(x.dev(), dst.dev(), w.dev_data(), c.chunk, kEps, ctx.stream());
     Result r = dst.check("rms_norm", shape, kTolNorm);
     if (c.perf) {
-      timed(ctx, r, (2.0 * double(c.T * c.cols) + double(c.chunk)) * 4, [&](int) {
-        rms_norm(x.dev(), dst.dev(), w.dev_data(), c.chunk, kEps, ctx.stream());
-      });
+      timed(ctx, r, (2.0 * double(c.T * c.cols) + double(c.chunk)) * 4,
+            [&](int) { rms_norm(x.dev(), dst.dev(), w.dev_data(), c.chunk, kEps, ctx.stream()); });
     }
     out.push_back(r);
   }
@@ -231,9 +231,9 @@ void check_norms(Context& ctx, std::vector<Result>& out) {
     Buf y(ctx, c.T, c.cols, c.off, c.pad);
     Buf& dst = c.in_place ? x : y;
     if (!c.in_place) y.poison();
-    const std::string shape = fmt::format("T={} cols={} chunk={}{}{} {}", c.T, c.cols, c.chunk,
-                                          view_desc(c.off, c.pad), c.in_place ? " in-place" : "",
-                                          c.what);
+    const std::string shape =
+        fmt::format("T={} cols={} chunk={}{}{} {}", c.T, c.cols, c.chunk, view_desc(c.off, c.pad),
+                    c.in_place ? " in-place" : "", c.what);
     cpu::l2_norm(x.host(), dst.host(), c.chunk, kEps);
     l2_norm(x.dev(), dst.dev(), c.chunk, kEps, ctx.stream());
     Result r = dst.check("l2_norm", shape, kTolNorm);
@@ -256,15 +256,13 @@ struct MapCase {
 
 void check_unary(Context& ctx, std::vector<Result>& out) {
   const MapCase cases[] = {
-      {1, 1, 0, 0, false, false, "one"},
-      {3, 77, 1, 2, false, false, "odd"},
-      {1, 10240, 0, 0, true, true, "bonsai conv"},
-      {1, 48, 0, 0, true, true, "bonsai heads"},
+      {1, 1, 0, 0, false, false, "one"},           {3, 77, 1, 2, false, false, "odd"},
+      {1, 10240, 0, 0, true, true, "bonsai conv"}, {1, 48, 0, 0, true, true, "bonsai heads"},
       {7, 5120, 0, 0, false, false, "prefill"},
   };
-  const std::pair<cpu::Unary, const char*> fns[] = {
-      {cpu::Unary::Sigmoid, "sigmoid"}, {cpu::Unary::Softplus, "softplus"},
-      {cpu::Unary::Silu, "silu"}};
+  const std::pair<cpu::Unary, const char*> fns[] = {{cpu::Unary::Sigmoid, "sigmoid"},
+                                                    {cpu::Unary::Softplus, "softplus"},
+                                                    {cpu::Unary::Silu, "silu"}};
   for (const auto& [f, name] : fns) {
     for (const MapCase& c : cases) {
       // ±25 crosses softplus's linear branch (x > 20) and saturates the sigmoid.
@@ -296,9 +294,13 @@ void check_binary(Context& ctx, std::vector<Result>& out) {
   };
   const Fn fns[] = {
       {cpu::Binary::Add, "add", kTolExact, {1, 5120, 0, 0, false, true, "bonsai residual"}},
-      {cpu::Binary::SiluMul, "silu_mul", kTolActivation,
+      {cpu::Binary::SiluMul,
+       "silu_mul",
+       kTolActivation,
        {1, 17408, 0, 0, true, true, "bonsai ffn"}},
-      {cpu::Binary::SigmoidMul, "sigmoid_mul", kTolActivation,
+      {cpu::Binary::SigmoidMul,
+       "sigmoid_mul",
+       kTolActivation,
        {1, 6144, 0, 0, true, true, "bonsai attn gate"}},
   };
   for (const Fn& fn : fns) {
@@ -372,8 +374,10 @@ void check_split_heads(Context& ctx, std::vector<Result>& out) {
     const char* what;
   };
   const Case cases[] = {
-      {1, 24, 256, 0, true, "bonsai q|gate"}, {3, 4, 64, 0, false, "tiny"},
-      {2, 3, 77, 3, false, "odd"},            {1, 1, 1, 1, false, "one"},
+      {1, 24, 256, 0, true, "bonsai q|gate"},
+      {3, 4, 64, 0, false, "tiny"},
+      {2, 3, 77, 3, false, "odd"},
+      {1, 1, 1, 1, false, "one"},
       {5, 24, 256, 0, false, "bonsai prefill"},
   };
   for (const Case& c : cases) {
@@ -382,9 +386,8 @@ void check_split_heads(Context& ctx, std::vector<Result>& out) {
     Buf ya(ctx, c.T, n, c.off, 2), yb(ctx, c.T, n, 0, c.off);
     ya.poison();
     yb.poison();
-    const std::string shape =
-        fmt::format("T={} heads={} head_dim={}{} {}", c.T, c.heads, c.hd, view_desc(c.off, 1),
-                    c.what);
+    const std::string shape = fmt::format("T={} heads={} head_dim={}{} {}", c.T, c.heads, c.hd,
+                                          view_desc(c.off, 1), c.what);
     cpu::split_heads(x.host(), ya.host(), yb.host(), c.hd);
     split_heads(x.dev(), ya.dev(), yb.dev(), c.hd, ctx.stream());
     Result ra = ya.check("split_heads", shape + " (a)", kTolExact);
@@ -426,7 +429,8 @@ void check_copies(Context& ctx, std::vector<Result>& out) {
     dst.poison();
     std::copy_n(src.host_data(), c.n, dst.host_data());
     copy_state(src.dev_data(), dst.dev_data(), c.n, ctx.stream());
-    Result r = dst.check("copy_state", fmt::format("n={}{}", c.n, c.n == 48 * 128 * 128 ? " bonsai state" : ""),
+    Result r = dst.check("copy_state",
+                         fmt::format("n={}{}", c.n, c.n == 48 * 128 * 128 ? " bonsai state" : ""),
                          kTolExact);
     if (c.perf && ctx.perf()) {
       const int copies = rotation_copies(2.0 * double(c.n) * 4);
@@ -450,8 +454,10 @@ void check_kv_store(Context& ctx, std::vector<Result>& out) {
     const char* what;
   };
   const Case cases[] = {
-      {1, 1024, 0, 0, false, "bonsai"},     {1, 1024, 37, 0, true, "bonsai"},
-      {5, 128, 3, 0, false, "tiny prefill"}, {3, 77, 0, 2, false, "odd"},
+      {1, 1024, 0, 0, false, "bonsai"},
+      {1, 1024, 37, 0, true, "bonsai"},
+      {5, 128, 3, 0, false, "tiny prefill"},
+      {3, 77, 0, 2, false, "odd"},
       {1, 1, 4, 1, false, "one"},
   };
   for (const Case& c : cases) {
@@ -489,9 +495,9 @@ void check_embed(Context& ctx, std::vector<Result>& out) {
     bool perf;
   };
   std::vector<Case> cases;
-  for (quant::Type t : {quant::Type::F32, quant::Type::F16, quant::Type::BF16, quant::Type::Q8_0,
-                        quant::Type::Q4_0, quant::Type::Q1_0, quant::Type::Q2_0,
-                        quant::Type::PQ2_0}) {
+  for (quant::Type t :
+       {quant::Type::F32, quant::Type::F16, quant::Type::BF16, quant::Type::Q8_0, quant::Type::Q4_0,
+        quant::Type::Q1_0, quant::Type::Q2_0, quant::Type::PQ2_0}) {
     cases.push_back({t, 256, 37, 5, false});
   }
   cases.push_back({quant::Type::Q1_0, 5120, 300, 1, true});
@@ -518,13 +524,12 @@ void check_embed(Context& ctx, std::vector<Result>& out) {
     cpu::embed(m, ids.data(), y.host());
     const DevTable dt{d_table.get(), c.type, c.n_in, c.n_vocab, row_bytes};
     embed(dt, d_ids.as<int32_t>(), y.dev(), ctx.stream());
-    Result r = y.check("embed",
-                       fmt::format("{} T={} E={} vocab={}", info.name, c.T, c.n_in, c.n_vocab),
-                       kTolExact);
+    Result r =
+        y.check("embed", fmt::format("{} T={} E={} vocab={}", info.name, c.T, c.n_in, c.n_vocab),
+                kTolExact);
     if (c.perf) {
-      timed(ctx, r, double(c.T) * (double(row_bytes) + double(c.n_in) * 4), [&](int) {
-        embed(dt, d_ids.as<int32_t>(), y.dev(), ctx.stream());
-      });
+      timed(ctx, r, double(c.T) * (double(row_bytes) + double(c.n_in) * 4),
+            [&](int) { embed(dt, d_ids.as<int32_t>(), y.dev(), ctx.stream()); });
     }
     out.push_back(r);
   }
@@ -536,8 +541,8 @@ void check_embed(Context& ctx, std::vector<Result>& out) {
     const std::vector<float> table = ctx.random(size_t(n_in * n_vocab));
     const std::vector<int32_t> ids = {2, int32_t(n_vocab), -1, 0};
     DeviceBuffer d_table(table.size() * sizeof(float)), d_ids(ids.size() * sizeof(int32_t));
-    CUDA_CHECK(cudaMemcpyAsync(d_table.get(), table.data(), d_table.bytes(),
-                               cudaMemcpyHostToDevice, ctx.stream()));
+    CUDA_CHECK(cudaMemcpyAsync(d_table.get(), table.data(), d_table.bytes(), cudaMemcpyHostToDevice,
+                               ctx.stream()));
     CUDA_CHECK(cudaMemcpyAsync(d_ids.get(), ids.data(), d_ids.bytes(), cudaMemcpyHostToDevice,
                                ctx.stream()));
     Buf y(ctx, int64_t(ids.size()), n_in);
@@ -549,7 +554,9 @@ void check_embed(Context& ctx, std::vector<Result>& out) {
     CUDA_CHECK(cudaMemcpyAsync(got.data(), y.dev_data(), got.size() * sizeof(float),
                                cudaMemcpyDeviceToHost, ctx.stream()));
     sync(ctx);
-    Result r{"embed", "ids out of range give NaN rows"};
+    Result r;
+    r.op = "embed";
+    r.shape = "ids out of range give NaN rows";
     r.passed = true;
     for (size_t t = 0; t < ids.size(); ++t) {
       const bool bad = ids[t] < 0 || ids[t] >= n_vocab;
@@ -654,8 +661,8 @@ void check_gdn(Context& ctx, std::vector<Result>& out) {
     Buf state(ctx, 1, c.Hv * c.d * c.d);
     o.poison();
     const std::string shape = fmt::format("T={} Hk={} Hv={} d={} {}", c.T, c.Hk, c.Hv, c.d, c.what);
-    cpu::gdn_recurrence(qh, kh, vh, g.host(), beta.host(), o.host(), state.host_data(), c.Hk,
-                        c.Hv, c.d);
+    cpu::gdn_recurrence(qh, kh, vh, g.host(), beta.host(), o.host(), state.host_data(), c.Hk, c.Hv,
+                        c.d);
     gdn_recurrence(q, k, v, g.dev(), beta.dev(), o.dev(), state.dev_data(), c.Hk, c.Hv, c.d,
                    ctx.stream());
     Result r = o.check("gdn_recurrence", shape, tol_gdn(c.T));
@@ -670,8 +677,8 @@ void check_gdn(Context& ctx, std::vector<Result>& out) {
       }
       const double io = double(c.T) * 4 * double(2 * qk + 2 * inner + 2 * c.Hv);
       timed(ctx, r, 2 * state_bytes + io, [&](int i) {
-        gdn_recurrence(q, k, v, g.dev(), beta.dev(), o.dev(), states[size_t(i % copies)].as<float>(),
-                       c.Hk, c.Hv, c.d, ctx.stream());
+        gdn_recurrence(q, k, v, g.dev(), beta.dev(), o.dev(),
+                       states[size_t(i % copies)].as<float>(), c.Hk, c.Hv, c.d, ctx.stream());
       });
     }
     out.push_back(r);

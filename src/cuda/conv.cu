@@ -65,15 +65,15 @@ __global__ void __launch_bounds__(kConvThreads)
 
 }  // namespace
 
-void conv_step(DevRows x, DevRows y, const float* w, int64_t kernel, float* state,
-               cudaStream_t s) {
+void conv_step(DevRows x, DevRows y, const float* w, int64_t kernel, float* state, cudaStream_t s) {
   detail::check_view("conv_step", "x", x);
   detail::check_view("conv_step", "y", y);
   detail::check_same_shape("conv_step", x, "x", y, "y");
   if (kernel < 1 || kernel > kMaxKernel || w == nullptr || (kernel > 1 && state == nullptr)) {
-    fail("cuda conv_step: kernel size {} over {} channels (supported 1..{}, weights and state "
-         "required)",
-         kernel, x.cols, kMaxKernel);
+    fail(
+        "cuda conv_step: kernel size {} over {} channels (supported 1..{}, weights and state "
+        "required)",
+        kernel, x.cols, kMaxKernel);
   }
   conv_kernel<<<detail::ceil_div(x.cols, kConvThreads), kConvThreads, 0, s>>>(
       x, y, w, static_cast<int>(kernel), state);

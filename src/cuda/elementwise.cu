@@ -252,7 +252,8 @@ __global__ void __launch_bounds__(kThreads)
     const uint8_t* row = static_cast<const uint8_t*>(table.data) + (ok ? id : 0) * table.row_bytes;
     float* yr = row_ptr(y, r);
     for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < y.cols; j += stride) {
-      yr[j] = ok ? dequant(table.type, row, j, block_elems, block_bytes) : __int_as_float(0x7fffffff);
+      yr[j] =
+          ok ? dequant(table.type, row, j, block_elems, block_bytes) : __int_as_float(0x7fffffff);
     }
   }
 }
@@ -303,12 +304,13 @@ void split_heads(DevRows x, DevRows ya, DevRows yb, int64_t head_dim, cudaStream
   detail::check_view(op, "yb", yb);
   detail::check_same_shape(op, ya, "ya", yb, "yb");
   if (head_dim <= 0 || ya.cols % head_dim != 0 || x.cols != 2 * ya.cols || x.rows != ya.rows) {
-    fail("cuda split_heads: x [{}x{}] into ya, yb [{}x{}] with head_dim {}: need x cols = 2·y "
-         "cols, a multiple of head_dim, and equal rows",
-         x.rows, x.cols, ya.rows, ya.cols, head_dim);
+    fail(
+        "cuda split_heads: x [{}x{}] into ya, yb [{}x{}] with head_dim {}: need x cols = 2·y "
+        "cols, a multiple of head_dim, and equal rows",
+        x.rows, x.cols, ya.rows, ya.cols, head_dim);
   }
-  const bool vec4 = head_dim % 4 == 0 && detail::vec4_ok(x) && detail::vec4_ok(ya) &&
-                    detail::vec4_ok(yb);
+  const bool vec4 =
+      head_dim % 4 == 0 && detail::vec4_ok(x) && detail::vec4_ok(ya) && detail::vec4_ok(yb);
   const int hd = static_cast<int>(head_dim);
   if (vec4) {
     split_heads_kernel<4><<<grid_for(ya.rows, ya.cols / 4), kThreads, 0, s>>>(x, ya, yb, hd);

@@ -38,7 +38,6 @@
 // L2-normalised k and β ∈ (0, 1) the update I − βkkᵀ and e^g ≤ 1 do not amplify old errors,
 // so they add up at most linearly over tokens: the op check allows 4e-6 + 4e-7·T.
 #include <cmath>
-#include <utility>
 
 #include "cuda/kernel_util.cuh"
 
@@ -66,8 +65,7 @@ struct Staged {
 };
 
 template <int kCols>
-__device__ __forceinline__ Staged load_token(const GdnArgs& a, int64_t t, int h, int kh,
-                                             int col0) {
+__device__ __forceinline__ Staged load_token(const GdnArgs& a, int64_t t, int h, int kh, int col0) {
   const int tid = threadIdx.x;
   Staged r{0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
   if (tid < a.d) {
@@ -199,27 +197,36 @@ void launch_cols(const GdnArgs& a, int n_v_heads, cudaStream_t s) {
 }  // namespace
 
 void gdn_recurrence(DevRows q, DevRows k, DevRows v, DevRows g, DevRows beta, DevRows out,
-                    float* state, int64_t n_k_heads, int64_t n_v_heads, int64_t d,
-                    cudaStream_t s) {
+                    float* state, int64_t n_k_heads, int64_t n_v_heads, int64_t d, cudaStream_t s) {
   const char* op = "gdn_recurrence";
-  for (const auto& [name, view] : {std::pair<const char*, const DevRows&>{"q", q}, {"k", k},
-                                   {"v", v}, {"g", g}, {"beta", beta}, {"out", out}}) {
-    detail::check_view(op, name, view);
-    if (view.rows != out.rows) {
-      fail("cuda {}: {} has {} rows, out {}", op, name, view.rows, out.rows);
+  const DevRows* views[] = {&q, &k, &v, &g, &beta, &out};
+  const char* names[] = {"q", "k", "v", "g", "beta", "out"};
+  for (int i = 0; i < 6; ++i) {
+    detail::check_view(op, names[i], *views[i]);
+    if (views[i]->rows != out.rows) {
+      fail("cuda {}: {} has {} rows, out {}", op, names[i], views[i]->rows, out.rows);
     }
   }
   if (d < 1 || d > kMaxD || n_k_heads < 1 || n_v_heads < 1 || n_v_heads % n_k_heads != 0 ||
       n_v_heads > detail::kMaxGridY || state == nullptr || q.cols != n_k_heads * d ||
       k.cols != n_k_heads * d || v.cols != n_v_heads * d || out.cols != n_v_heads * d ||
       g.cols != n_v_heads || beta.cols != n_v_heads) {
-    fail("cuda {}: Hk {} Hv {} d {} (d <= {}, Hv a multiple of Hk) with q [{}x{}] k [{}x{}] "
-         "v [{}x{}] g [{}x{}] beta [{}x{}] out [{}x{}]",
-         op, n_k_heads, n_v_heads, d, kMaxD, q.rows, q.cols, k.rows, k.cols, v.rows, v.cols,
-         g.rows, g.cols, beta.rows, beta.cols, out.rows, out.cols);
+    fail(
+        "cuda {}: Hk {} Hv {} d {} (d <= {}, Hv a multiple of Hk) with q [{}x{}] k [{}x{}] "
+        "v [{}x{}] g [{}x{}] beta [{}x{}] out [{}x{}]",
+        op, n_k_heads, n_v_heads, d, kMaxD, q.rows, q.cols, k.rows, k.cols, v.rows, v.cols, g.rows,
+        g.cols, beta.rows, beta.cols, out.rows, out.cols);
   }
-  const GdnArgs a{q,     k,     v,    g, beta, out, state, static_cast<int>(n_k_heads),
-                  static_cast<int>(d), static_cast<float>(1.0 / std::sqrt(double(d)))};
+  const GdnArgs a{q,
+                  k,
+                  v,
+                  g,
+                  beta,
+                  out,
+                  state,
+                  static_cast<int>(n_k_heads),
+                  static_cast<int>(d),
+                  static_cast<float>(1.0 / std::sqrt(double(d)))};
   // The widest column slice that still gives every SM two CTAs (more, smaller CTAs balance
   // the state's bytes across SMs; below that the narrowest slice gives the most CTAs).
   const int64_t min_ctas = 2 * int64_t(detail::sm_count());

@@ -38,7 +38,7 @@ enum class Broadcast;  // Add, Mul
 namespace gdn::cuda {
 
 namespace op_value {  // cpu/ops.h's enumerator values (checked in checks_ops.cpp)
-inline constexpr int kSigmoid = 0, kSoftplus = 1, kSilu = 2;  // cpu::Unary
+inline constexpr int kSigmoid = 0, kSoftplus = 1, kSilu = 2;   // cpu::Unary
 inline constexpr int kAdd = 0, kSiluMul = 1, kSigmoidMul = 2;  // cpu::Binary
 inline constexpr int kBroadcastAdd = 0, kBroadcastMul = 1;     // cpu::Broadcast
 }  // namespace op_value
@@ -56,7 +56,7 @@ struct DevRows {
 struct DevTable {
   const void* data;  // n_out rows of row_bytes each
   quant::Type type;
-  int64_t n_in;  // elements per row (E)
+  int64_t n_in;   // elements per row (E)
   int64_t n_out;  // rows (vocabulary)
   size_t row_bytes;
 };
@@ -91,15 +91,13 @@ void kv_store(DevRows k, DevRows v, float* k_cache, float* v_cache, int64_t kv_d
 
 // Causal depthwise conv over the T rows of x (tap K-1 multiplies the current row); `state`
 // [K-1][C] holds the previous K-1 inputs, oldest first, and is advanced in place. w is [C][K].
-void conv_step(DevRows x, DevRows y, const float* w, int64_t kernel, float* state,
-               cudaStream_t s);
+void conv_step(DevRows x, DevRows y, const float* w, int64_t kernel, float* state, cudaStream_t s);
 
 // Gated delta rule over the T rows, value head h using key head h % Hk. q, k: [T][Hk·d]
 // (L2-normalised), v, out: [T][Hv·d], g, beta: [T][Hv], state [Hv][d][d] updated in place.
 // d <= 256. No output may alias an input.
 void gdn_recurrence(DevRows q, DevRows k, DevRows v, DevRows g, DevRows beta, DevRows out,
-                    float* state, int64_t n_k_heads, int64_t n_v_heads, int64_t d,
-                    cudaStream_t s);
+                    float* state, int64_t n_k_heads, int64_t n_v_heads, int64_t d, cudaStream_t s);
 
 // NeoX RoPE in place on the first n_rot dims of every head of x, row t at position pos0 + t.
 void rope(DevRows x, int64_t head_dim, int64_t n_rot, float theta, int64_t pos0, cudaStream_t s);

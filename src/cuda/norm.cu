@@ -64,12 +64,13 @@ void launch_norm(const char* op, bool rms, DevRows x, DevRows y, const float* w,
   if (rms && w == nullptr) fail("cuda {}: no weight vector", op);
   if (!(eps >= 0.0f)) fail("cuda {}: eps {} must be >= 0", op, eps);
   const int64_t n_chunks = x.cols / chunk, blocks = x.rows * n_chunks;
-  if (blocks > INT32_MAX) fail("cuda {}: {} rows x {} chunks exceed the grid", op, x.rows, n_chunks);
+  if (blocks > INT32_MAX)
+    fail("cuda {}: {} rows x {} chunks exceed the grid", op, x.rows, n_chunks);
   const int64_t want = (chunk + kSquaresPerThread - 1) / kSquaresPerThread;
   const int threads = static_cast<int>(std::min<int64_t>(kMaxNormThreads, (want + 31) / 32 * 32));
   const auto kernel = rms ? norm_kernel<true> : norm_kernel<false>;
   kernel<<<static_cast<unsigned>(blocks), threads, 0, s>>>(x, y, w, static_cast<int>(chunk),
-                                                          static_cast<int>(n_chunks), eps);
+                                                           static_cast<int>(n_chunks), eps);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <unordered_map>
 #include <utility>
 
@@ -86,7 +87,9 @@ TokenType to_token_type(int64_t v, size_t id) {
 }
 
 int32_t optional_id(const gguf::Metadata& meta, const std::string& key) {
-  return static_cast<int32_t>(meta.get_int(key, -1));
+  const int64_t id = meta.get_int(key, -1);
+  if (id < -1 || id > INT32_MAX) fail("tokenizer: {} is {}, not a token id", key, id);
+  return static_cast<int32_t>(id);
 }
 
 }  // namespace
@@ -156,8 +159,8 @@ Tokenizer::Tokenizer(VocabSpec spec) : text_(std::move(spec.tokens)), type_(std:
   pad_ = checked(spec.pad, "pad");
   add_bos_ = spec.add_bos;
 
-  // As llama.cpp does: the eos/eot ids plus the control tokens that end a Qwen turn or text,
-  // whichever of them the GGUF names eos.
+  // End of generation as llama.cpp decides it: the eos and eot ids, plus <|im_end|> and
+  // <|endoftext|> when they are control tokens, since a Qwen GGUF may name either one eos.
   const auto add_eog = [&](int32_t id) {
     if (id >= 0 && !is_eog(id)) eog_.push_back(id);
   };

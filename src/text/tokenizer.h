@@ -38,6 +38,7 @@ struct VocabSpec {
   bool add_bos = false;
 };
 
+// Immutable once built: encode and decode may run on several threads at once.
 class Tokenizer {
  public:
   // Reads only metadata, so vocab-only GGUFs work. Refuses tokenizer models other than

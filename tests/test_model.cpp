@@ -32,7 +32,13 @@ TEST(HParams, LayerKindsFromIntervalAndExplicitList) {
   HParams hp = synth::preset("tiny");
   gguf::Metadata meta;
   hp.to_gguf(meta);
+  meta.erase("qwen35.attention.recurrent_layers");  // then full_attention_interval decides
   EXPECT_EQ(HParams::from_gguf(meta).recurrent, (std::vector<bool>{true, false, true, false}));
+  meta.set("qwen35.attention.recurrent_layers",
+           gguf::Value::array(gguf::ValueType::BOOL,
+                              {gguf::Value::boolean(true), gguf::Value::boolean(false),
+                               gguf::Value::boolean(false), gguf::Value::boolean(true)}));
+  EXPECT_EQ(HParams::from_gguf(meta).recurrent, (std::vector<bool>{true, false, false, true}));
   meta.set("qwen35.attention.recurrent_layers", gguf::Value::i32s({0, 1, 1, 0}));
   EXPECT_EQ(HParams::from_gguf(meta).recurrent, (std::vector<bool>{false, true, true, false}));
 }

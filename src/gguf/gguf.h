@@ -66,6 +66,7 @@ struct Value {
 class Metadata {
  public:
   void set(const std::string& key, Value v) { kv_[key] = std::move(v); }
+  void erase(const std::string& key) { kv_.erase(key); }
   const Value* find(const std::string& key) const;
   bool has(const std::string& key) const { return find(key) != nullptr; }
   const std::map<std::string, Value>& all() const { return kv_; }

@@ -12,6 +12,19 @@ std::string key(const char* suffix) {
   return fmt::format("{}.{}", kArch, suffix);
 }
 
+// llama.cpp writes attention.recurrent_layers as a BOOL array; integer 0/1 arrays are
+// accepted too.
+std::vector<bool> read_flags(const gguf::Metadata& meta, const std::string& k) {
+  const gguf::Array& a = meta.get_array(k);
+  std::vector<bool> out;
+  if (a.elem == gguf::ValueType::BOOL) {
+    for (const gguf::Value& v : a.items) out.push_back(std::get<bool>(v.data));
+    return out;
+  }
+  for (int64_t v : meta.get_int_array(k)) out.push_back(v != 0);
+  return out;
+}
+
 }  // namespace
 
 int64_t HParams::n_recurrent() const {
@@ -111,13 +124,13 @@ HParams HParams::from_gguf(const gguf::Metadata& meta) {
   }
   const std::string recurrent_key = key("attention.recurrent_layers");
   if (meta.has(recurrent_key)) {
-    const auto flags = meta.get_int_array(recurrent_key);
+    const std::vector<bool> flags = read_flags(meta, recurrent_key);
     if (static_cast<int64_t>(flags.size()) < hp.n_layer) {
       fail("{} has {} entries, need one per trunk layer ({})", recurrent_key, flags.size(),
            hp.n_layer);
     }
     hp.recurrent.assign(static_cast<size_t>(hp.n_block()), false);
-    for (int64_t il = 0; il < hp.n_layer; ++il) hp.recurrent[il] = flags[il] != 0;
+    for (int64_t il = 0; il < hp.n_layer; ++il) hp.recurrent[il] = flags[il];
   } else {
     hp.set_layer_kinds_from_interval();
   }
@@ -148,6 +161,10 @@ void HParams::to_gguf(gguf::Metadata& meta) const {
   meta.set(key("ssm.time_step_rank"), u32(ssm_n_v_heads));
   meta.set(key("ssm.group_count"), u32(ssm_n_k_heads));
   meta.set(key("full_attention_interval"), u32(full_attention_interval));
+  // Written over all blocks (MTP ones false), as llama.cpp's loader expects it.
+  std::vector<Value> flags;
+  for (int64_t il = 0; il < n_block(); ++il) flags.push_back(Value::boolean(is_recurrent(il)));
+  meta.set(key("attention.recurrent_layers"), Value::array(gguf::ValueType::BOOL, flags));
 }
 
 std::string HParams::summary() const {

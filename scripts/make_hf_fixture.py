@@ -339,6 +339,10 @@ def build_fixture(name, spec, out_root, first_seed):
     # save_pretrained keeps only non-default fields; the converter wants every field.
     reloaded.config.to_json_file(str(out / "config.json"), use_diff=False)
     written = json.loads((out / "config.json").read_text())
+    # Describe the files, not this run: no temporary path, and the dtype actually on disk.
+    written.pop("_name_or_path", None)
+    written["dtype"] = "bfloat16"
+    (out / "config.json").write_text(json.dumps(written, indent=2, sort_keys=True) + "\n")
     missing = [k for k in REQUIRED_CONFIG_FIELDS if k not in written]
     check(not missing, f"config.json lacks {missing}")
     write_f32(out / "logits_prefill.f32", ref["prefill"])

@@ -1,0 +1,124 @@
+// The CUDA backend against the CPU reference. Needs a GPU: without one every test here is
+// skipped with a message (never passed silently).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "cpu/cpu_executor.h"
+#include "cuda/cuda_executor.h"
+#include "cuda/device.h"
+#include "cuda/op_check.h"
+#include "hf_fixture.h"
+#include "model/weights.h"
+#include "synth/synth.h"
+
+namespace gdn::testing {
+namespace {
+
+#define REQUIRE_GPU() \
+  if (!cuda::available()) GTEST_SKIP() << "no CUDA GPU on this machine: GPU test skipped"
+
+const runtime::ExecutorOptions kOpts{2, 256, 0};
+
+std::vector<float> run_prefill(runtime::Executor& ex, const std::vector<int32_t>& ids) {
+  std::vector<float> logits;
+  ex.reset_slot(0);
+  ex.forward(ids, 0, true, logits);
+  return logits;
+}
+
+std::vector<float> run_decode(runtime::Executor& ex, const std::vector<int32_t>& ids) {
+  std::vector<float> all, row;
+  ex.reset_slot(0);
+  for (int32_t id : ids) {
+    ex.forward(std::span<const int32_t>(&id, 1), 0, true, row);
+    all.insert(all.end(), row.begin(), row.end());
+  }
+  return all;
+}
+
+TEST(CudaOps, EveryKernelMatchesTheCpuReference) {
+  REQUIRE_GPU();
+  EXPECT_EQ(cuda::opcheck::run("", false, 1), 0);
+}
+
+class CudaHf : public ::testing::TestWithParam<const char*> {};
+
+// f32 weights: the GPU sums in a different order than the CPU's double accumulation;
+// 1e-3 relative is the bound, the measured difference is printed.
+TEST_P(CudaHf, LogitsMatchCpuForPrefillAndDecode) {
+  REQUIRE_GPU();
+  const HfFixture fx = load_fixture(GetParam());
+  const model::Model m = model::Model::load(converted(fx, quant::Type::F32));
+  cpu::CpuExecutor cpu_ex(m, kOpts);
+  cuda::CudaExecutor gpu_ex(m, kOpts);
+  const double pre = rel_max_diff(run_prefill(gpu_ex, fx.prompt), run_prefill(cpu_ex, fx.prompt));
+  const double dec = rel_max_diff(run_decode(gpu_ex, fx.prompt), run_decode(cpu_ex, fx.prompt));
+  std::printf("%s cuda vs cpu: prefill %.3g, decode %.3g (max|d|/max|logit|)\n", fx.name.c_str(),
+              pre, dec);
+  EXPECT_LE(pre, 1e-3);
+  EXPECT_LE(dec, 1e-3);
+  // And against transformers directly.
+  EXPECT_LE(rel_max_diff(run_prefill(gpu_ex, fx.prompt), fx.prefill), 1e-3);
+}
+
+TEST_P(CudaHf, GreedyContinuationEqualsTransformers) {
+  REQUIRE_GPU();
+  const HfFixture fx = load_fixture(GetParam());
+  const model::Model m = model::Model::load(converted(fx, quant::Type::F32));
+  cuda::CudaExecutor ex(m, kOpts);
+  std::vector<float> logits;
+  ex.forward(fx.prompt, 0, false, logits);
+  std::vector<int32_t> ours;
+  while (ours.size() < fx.greedy.size()) {
+    const int32_t next = argmax(logits.data(), fx.n_vocab);
+    ours.push_back(next);
+    ex.forward(std::span<const int32_t>(&next, 1), 0, false, logits);
+  }
+  EXPECT_EQ(ours, fx.greedy);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaHf, ::testing::Values("hf_tiny_gqa3", "hf_tiny_eq"));
+
+class CudaSynthetic : public ::testing::TestWithParam<quant::Type> {};
+
+// Every weight format through the whole model, teacher-forced: both backends see the same ids.
+TEST_P(CudaSynthetic, TinyModelTracksCpu) {
+  REQUIRE_GPU();
+  synth::Options o;
+  o.type = GetParam();
+  auto mem = synth::make_in_memory(synth::preset("tiny"), o);
+  cpu::CpuExecutor cpu_ex(mem->model, kOpts);
+  cuda::CudaExecutor gpu_ex(mem->model, kOpts);
+  const std::vector<int32_t> ids = {3, 1999, 17, 512, 4, 4, 1024, 77, 1500, 9, 600, 31};
+  const double pre = rel_max_diff(run_prefill(gpu_ex, ids), run_prefill(cpu_ex, ids));
+  const double dec = rel_max_diff(run_decode(gpu_ex, ids), run_decode(cpu_ex, ids));
+  std::printf("tiny %s cuda vs cpu: prefill %.3g, decode %.3g\n",
+              std::string(quant::type_info(GetParam()).name).c_str(), pre, dec);
+  EXPECT_LE(pre, 2e-2);
+  EXPECT_LE(dec, 2e-2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, CudaSynthetic,
+                         ::testing::Values(quant::Type::F32, quant::Type::F16, quant::Type::BF16,
+                                           quant::Type::Q8_0, quant::Type::Q4_0, quant::Type::Q1_0,
+                                           quant::Type::Q2_0, quant::Type::PQ2_0),
+                         [](const auto& info) {
+                           return std::string(quant::type_info(info.param).name);
+                         });
+
+TEST(CudaSlots, SnapshotAndRollbackMatchCpu) {
+  REQUIRE_GPU();
+  auto mem = synth::make_in_memory(synth::preset("tiny"), {});
+  cuda::CudaExecutor ex(mem->model, kOpts);
+  std::vector<float> a, again;
+  const std::vector<int32_t> prefix = {5, 6, 7, 8}, branch = {9, 10};
+  ex.forward(prefix, 0, false, a);
+  ex.copy_slot(0, 1);
+  ex.forward(branch, 0, false, a);
+  ex.forward(branch, 1, false, again);
+  EXPECT_EQ(a, again);  // same kernels on the same state: bit-identical
+}
+
+}  // namespace
+}  // namespace gdn::testing

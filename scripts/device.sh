@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: runs the binaries built here (scripts/build_portable.sh, carried
+# as build-cuda/) — op checks, backend tests, the GEMV lab, the benchmark — with full logs in
+# $OUT and a short summary last. Steps are chosen by name: scripts/device.sh ops tests lab bench
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/gdn-device}
+mkdir -p "$out"
+bin=build-cuda
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=(ops tests lab bench)
+summary=()
+
+run_step() {  # name, command...
+  local name=$1
+  shift
+  local t0=$SECONDS
+  "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  summary+=("$(printf '%-10s rc=%-3s %4ss  %s' "$name" "$rc" "$((SECONDS - t0))" "$(tail -n 1 "$out/$name.log")")")
+}
+
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used,temperature.gpu --format=csv >"$out/gpu.txt" 2>&1
+for s in "${steps[@]}"; do
+  case "$s" in
+    ops) run_step ops "$bin/src/app/gdn" ops ;;
+    opsperf) run_step opsperf "$bin/src/app/gdn" ops --perf ;;
+    tests) run_step tests "$bin/tests/test_cuda_backend" ;;
+    lab) run_step lab "$bin/bench/gemv_lab" ;;
+    bench) run_step bench "$bin/src/app/gdn" bench -r 3 --rounds 2 ;;
+    compare) run_step compare "$bin/src/app/gdn" eval --preset bonsai-27b --type q1_0 \
+      --random-ids 128 --mode decode --compare cpu ;;
+    *) echo "unknown step $s" >&2 ;;
+  esac
+done
+cat "$out/gpu.txt"
+for f in "${steps[@]}"; do
+  echo "=== $f (tail)"
+  tail -n 25 "$out/$f.log"
+done
+echo "=== summary"
+printf '%s\n' "${summary[@]}"

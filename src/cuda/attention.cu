@@ -1,32 +1,41 @@
 // The attention layer's position-dependent kernels: rope (NeoX, in place) and causal GQA
 // softmax attention against the slot's KV cache (decode, T = 1, and prefill, T > 1).
 //
-// rope — one CTA per row (token). Its threads first build the row's cos/sin table for the
-// n_rot/2 frequencies in shared memory, in double: angle = pos·θ^(−2i/n_rot) with pos up to
+// rope — one thread per (row, head, pair), grid-striding. Each thread loads its pair
+// (x_i, x_{i+n_rot/2}) first, then computes its angle pos·θ^(−2i/n_rot) in double — pos up to
 // ~10^5 needs more than f32 (an f32 angle near 10^5 rad is off by up to 4e-3 rad), and the
-// CPU computes it in double too. A barrier, then one thread per (head, pair) rotates
-// (x_i, x_{i+n_rot/2}) in double and rounds once; a second barrier before the next row
-// rewrites the table. CUDA's double pow/sin/cos are within 2 ulp, so the results match the
-// CPU's to the last f32 bit except where a double rounds across an f32 boundary (1 ulp).
+// CPU computes it in double too — and rotates in double, rounding once. The angle is
+// recomputed per head rather than shared through a table: that costs double-precision
+// instructions the GPU has to spare but needs no barrier, and the loads overlap the math.
+// CUDA's double pow/sin/cos are within 2 ulp, so the results match the CPU's to the last f32
+// bit except where a double rounds across an f32 boundary (1 ulp).
 //
-// attention — one CTA per (query row t, head h), 8 warps. The n_kv = pos0 + t + 1 keys are
-// dealt to the warps in batches of 4 consecutive keys (warp w takes keys 4w.., 4w + 32.., …),
-// and each warp runs its own online softmax (running max m, sum l, accumulator o over the head
-// dim spread across its lanes, D/32 per lane) with no barrier in the key loop. Per batch a
-// lane loads its D/32 dims of the 4 K rows and 4 V rows up front (coalesced: lanes read
-// consecutive floats of a row), forms the 4 dot products with warp butterflies, then rescales
-// and accumulates. At the end the 8 warps' (m, l, o) are merged through shared memory after
-// one barrier, in warp order (deterministic), and out = o / l. GQA: query head h reads kv
-// head h / (H / Hkv); the heads sharing a kv head read the same rows, mostly from L2.
+// attention — one cluster of S CTAs per (query row t, head h), 8 warps per CTA. The
+// n_kv = pos0 + t + 1 keys are dealt to the cluster's 8·S warps in batches of 4 consecutive
+// keys (global warp w takes keys 4w.., 4w + 32S.., …), and each warp runs its own online
+// softmax (running max m, sum l, accumulator o over the head dim spread across its lanes, D/32
+// per lane) with no barrier in the key loop. Per batch a lane loads its D/32 dims of the 4 K
+// rows and 4 V rows up front (coalesced: lanes read consecutive floats of a row), forms the 4
+// dot products with warp butterflies, then rescales and accumulates. Merging, in fixed order
+// (deterministic): each CTA merges its 8 warps' (m, l, o) through shared memory after one
+// barrier; after a cluster barrier the cluster's first CTA reads the others' merged partials
+// from their shared memory (Hopper distributed shared memory — no global workspace, no second
+// launch) and writes out = o / l; a last cluster barrier keeps every CTA's shared memory alive
+// until it has been read.
 //
-// Decode runs H CTAs (24 for Bonsai): fine for the short contexts the op check and the
-// baseline use; long contexts want the keys split over more CTAs (flash-decoding) with a
-// merge step — not done yet.
+// S (1, 2, 4 or 8, the portable cluster limit) is this flash-decoding split: decode has only H
+// (t, h) pairs (24 for Bonsai), so S grows until the grid has two CTAs per SM, as long as each
+// CTA keeps at least 128 keys; prefill, with T·H pairs, mostly runs S = 1. GQA: query head h
+// reads kv head h / (H / Hkv); the heads sharing a kv head read the same rows, mostly from L2
+// (reading them once for the whole group is the next step).
 //
 // Precision vs the CPU (double throughout): a score's dot rounds over D/32 terms per lane and
 // 5 butterfly levels (error ≲ 13·2^-24·Σ|q_i k_i|/√D, which exp turns into a relative error
-// of the weight); the accumulators round once per key of the warp's share and once per merge.
-// The op check allows 2e-5 of max|out| (see checks_ops.cpp).
+// of the weight); the accumulators round once per key of the warp's share and once per merge
+// level. The op check allows 3e-5 of max|out| (see checks_ops.cpp).
+#include <cooperative_groups.h>
+
+#include <algorithm>
 #include <cmath>
 
 #include "cuda/kernel_util.cuh"
@@ -40,31 +49,22 @@ using detail::row_ptr;
 // rope
 
 constexpr int kRopeThreads = 256;
-constexpr int64_t kMaxRot = 1024;  // the table: n_rot doubles of shared memory
 
 __global__ void __launch_bounds__(kRopeThreads)
     rope_kernel(DevRows x, int head_dim, int n_rot, int n_head, float theta, int64_t pos0) {
-  extern __shared__ double s_table[];  // [half] cos, then [half] sin
   const int half = n_rot / 2;
-  for (int64_t t = blockIdx.x; t < x.rows; t += gridDim.x) {
-    const double pos = double(pos0 + t);
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-      const double angle = pos * pow(double(theta), -2.0 * double(i) / double(n_rot));
-      double sn, cs;
-      sincos(angle, &sn, &cs);
-      s_table[i] = cs;
-      s_table[half + i] = sn;
-    }
-    __syncthreads();  // the row's cos/sin table is complete before any rotation reads it
-    float* xr = row_ptr(x, t);
-    for (int p = threadIdx.x; p < n_head * half; p += blockDim.x) {
-      const int h = p / half, i = p - h * half;
-      float* xh = xr + int64_t(h) * head_dim;
-      const double a = xh[i], b = xh[i + half], c = s_table[i], s = s_table[half + i];
-      xh[i] = static_cast<float>(a * c - b * s);
-      xh[i + half] = static_cast<float>(a * s + b * c);
-    }
-    __syncthreads();  // every rotation has read the table before the next row rewrites it
+  const int64_t per_row = int64_t(n_head) * half, n = x.rows * per_row;
+  for (int64_t p = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; p < n;
+       p += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = p / per_row;
+    const int hp = static_cast<int>(p - t * per_row), h = hp / half, i = hp - h * half;
+    float* xh = row_ptr(x, t) + int64_t(h) * head_dim;
+    const double a = xh[i], b = xh[i + half];
+    const double angle = double(pos0 + t) * pow(double(theta), -2.0 * double(i) / double(n_rot));
+    double sn, cs;
+    sincos(angle, &sn, &cs);
+    xh[i] = static_cast<float>(a * cs - b * sn);
+    xh[i + half] = static_cast<float>(a * sn + b * cs);
   }
 }
 
@@ -75,6 +75,8 @@ constexpr int kAttnWarps = 8;
 constexpr int kAttnThreads = kAttnWarps * 32;
 constexpr int kBatch = 4;  // keys per warp per iteration: 4 independent dots in flight
 constexpr int kMaxHeadDim = 256;
+constexpr int kMaxSplit = 8;            // CTAs per (t, h): the portable cluster size
+constexpr int64_t kMinSplitKeys = 128;  // keys a CTA should get before the keys are split
 
 struct AttnArgs {
   DevRows q, out;
@@ -85,14 +87,37 @@ struct AttnArgs {
   float scale;  // 1/√D
 };
 
+// Merges n partial softmax states (m_i, l_i, o_i): with M = max m_i (finite: some part holds
+// key 0), l = Σ l_i·e^(m_i − M) and o = Σ o_i·e^(m_i − M). A part that saw no key has
+// m = −inf, l = 0, o = 0 and weight e^(−inf) = 0. Element i of o only (o_at(part)).
+template <class M, class L, class O>
+__device__ __forceinline__ void merge_parts(int n, M m_at, L l_at, O o_at, float& l, float& o) {
+  float mx = -INFINITY;
+  for (int p = 0; p < n; ++p) mx = fmaxf(mx, m_at(p));
+  l = 0.0f;
+  o = 0.0f;
+  if (mx == -INFINITY) return;  // no part saw a key (a CTA whose share is empty)
+  for (int p = 0; p < n; ++p) {
+    const float f = expf(m_at(p) - mx);
+    l = fmaf(l_at(p), f, l);
+    o = fmaf(o_at(p), f, o);
+  }
+}
+
 // kDims: head-dim elements per lane (D ≤ 32·kDims); dim i of a row lives on lane i % 32,
-// slot i / 32.
+// slot i / 32. Launched in clusters of S CTAs along x; cluster c = t·H + h.
 template <int kDims>
 __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a) {
+  namespace cg = cooperative_groups;
   __shared__ float s_m[kAttnWarps], s_l[kAttnWarps], s_o[kAttnWarps][32 * kDims];
+  __shared__ float c_m, c_l, c_o[32 * kDims];  // this CTA's merged partial
 
-  const int64_t t = blockIdx.x / a.n_head;
-  const int h = static_cast<int>(blockIdx.x % a.n_head), kvh = h / a.group;
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int n_split = static_cast<int>(cluster.num_blocks());
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int64_t pair = blockIdx.x / n_split;
+  const int64_t t = pair / a.n_head;
+  const int h = static_cast<int>(pair % a.n_head), kvh = h / a.group;
   const int D = a.head_dim;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t n_kv = a.pos0 + t + 1;  // causal: positions 0 .. pos0 + t
@@ -109,7 +134,8 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a) {
   const float* vb = a.v_cache + int64_t(kvh) * D;
 
   float m_run = -INFINITY, l_run = 0.0f;
-  for (int64_t s0 = int64_t(warp) * kBatch; s0 < n_kv; s0 += kAttnWarps * kBatch) {
+  const int64_t step = int64_t(n_split) * kAttnWarps * kBatch;
+  for (int64_t s0 = (int64_t(rank) * kAttnWarps + warp) * kBatch; s0 < n_kv; s0 += step) {
     float sc[kBatch], vv[kBatch][kDims];
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
@@ -151,30 +177,54 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a) {
   if (lane == 0) s_m[warp] = m_run, s_l[warp] = l_run;
 #pragma unroll
   for (int m = 0; m < kDims; ++m) s_o[warp][lane + 32 * m] = o[m];
-  __syncthreads();  // every warp's (max, sum, accumulator) is visible before the merge
+  __syncthreads();  // every warp's (max, sum, accumulator) is visible before the CTA merge
 
-  // Warp 0 always holds key 0, so M is finite; a warp that got no key has m = −inf, l = 0,
-  // o = 0 and weight exp(−inf) = 0.
-  float M = -INFINITY;
-  for (int w = 0; w < kAttnWarps; ++w) M = fmaxf(M, s_m[w]);
-  float* oh = row_ptr(a.out, t) + int64_t(h) * D;
+  float mx = -INFINITY;
+  for (int w = 0; w < kAttnWarps; ++w) mx = fmaxf(mx, s_m[w]);
   for (int i = threadIdx.x; i < D; i += blockDim.x) {
-    float L = 0.0f, acc = 0.0f;
-    for (int w = 0; w < kAttnWarps; ++w) {
-      const float f = expf(s_m[w] - M);
-      L = fmaf(s_l[w], f, L);
-      acc = fmaf(s_o[w][i], f, acc);
-    }
-    oh[i] = acc / L;
+    float l, oi;
+    merge_parts(
+        kAttnWarps, [&](int w) { return s_m[w]; }, [&](int w) { return s_l[w]; },
+        [&](int w) { return s_o[w][i]; }, l, oi);
+    c_o[i] = oi;
+    if (i == 0) c_m = mx, c_l = l;
   }
+  // Every CTA's merged partial is written, and visible to the cluster's first CTA (the
+  // cluster barrier has release/acquire semantics at cluster scope).
+  cluster.sync();
+
+  if (rank == 0) {
+    float* oh = row_ptr(a.out, t) + int64_t(h) * D;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+      float l, oi;
+      merge_parts(
+          n_split, [&](int r) { return *cluster.map_shared_rank(&c_m, r); },
+          [&](int r) { return *cluster.map_shared_rank(&c_l, r); },
+          [&](int r) { return cluster.map_shared_rank(c_o, r)[i]; }, l, oi);
+      oh[i] = oi / l;
+    }
+  }
+  cluster.sync();  // the first CTA has read every CTA's shared memory before any exits
 }
 
 template <int kDims>
-void launch_attention(const AttnArgs& a, int64_t rows, cudaStream_t s) {
+void launch_attention(const AttnArgs& a, int64_t rows, int split, cudaStream_t s) {
   if constexpr (kDims < kMaxHeadDim / 32) {
-    if (a.head_dim > 32 * kDims) return launch_attention<kDims * 2>(a, rows, s);
+    if (a.head_dim > 32 * kDims) return launch_attention<kDims * 2>(a, rows, split, s);
   }
-  attention_kernel<kDims><<<static_cast<unsigned>(rows * a.n_head), kAttnThreads, 0, s>>>(a);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(rows * a.n_head * split));
+  cfg.blockDim = dim3(kAttnThreads);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(split);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, attention_kernel<kDims>, a));
 }
 
 }  // namespace
@@ -182,13 +232,16 @@ void launch_attention(const AttnArgs& a, int64_t rows, cudaStream_t s) {
 void rope(DevRows x, int64_t head_dim, int64_t n_rot, float theta, int64_t pos0, cudaStream_t s) {
   detail::check_view("rope", "x", x);
   if (head_dim <= 0 || x.cols % head_dim != 0 || n_rot <= 0 || n_rot % 2 != 0 || n_rot > head_dim ||
-      n_rot > kMaxRot || pos0 < 0 || !(theta > 0.0f) || x.rows > INT32_MAX) {
-    fail("cuda rope: x [{}x{}] head_dim {} n_rot {} (even, <= head_dim, <= {}) theta {} pos0 {}",
-         x.rows, x.cols, head_dim, n_rot, kMaxRot, theta, pos0);
+      pos0 < 0 || !(theta > 0.0f)) {
+    fail("cuda rope: x [{}x{}] head_dim {} n_rot {} (even, <= head_dim) theta {} pos0 {}", x.rows,
+         x.cols, head_dim, n_rot, theta, pos0);
   }
-  const int n_head = static_cast<int>(x.cols / head_dim);
-  rope_kernel<<<static_cast<unsigned>(x.rows), kRopeThreads, n_rot * sizeof(double), s>>>(
-      x, static_cast<int>(head_dim), static_cast<int>(n_rot), n_head, theta, pos0);
+  const int64_t n_head = x.cols / head_dim, pairs = x.rows * n_head * (n_rot / 2);
+  const unsigned blocks = static_cast<unsigned>(
+      std::min<int64_t>(detail::ceil_div(pairs, kRopeThreads), 32 * detail::sm_count()));
+  rope_kernel<<<blocks, kRopeThreads, 0, s>>>(x, static_cast<int>(head_dim),
+                                              static_cast<int>(n_rot), static_cast<int>(n_head),
+                                              theta, pos0);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -215,7 +268,17 @@ void attention(DevRows q, const float* k_cache, const float* v_cache, DevRows ou
                    static_cast<int>(n_head_kv * head_dim),
                    pos0,
                    static_cast<float>(1.0 / std::sqrt(double(head_dim)))};
-  launch_attention<1>(a, q.rows, s);
+  // The key split: doubled while the grid is under two CTAs per SM and every CTA keeps at
+  // least kMinSplitKeys of the longest row's keys.
+  const int64_t pairs = q.rows * n_head, max_kv = pos0 + q.rows;
+  const int64_t min_ctas = 2 * int64_t(detail::sm_count());
+  int split = 1;
+  while (split < kMaxSplit && pairs * split < min_ctas && max_kv >= 2 * split * kMinSplitKeys) {
+    split *= 2;
+  }
+  if (pairs * split > INT32_MAX)
+    fail("cuda attention: {} rows x {} heads exceed the grid", q.rows, n_head);
+  launch_attention<1>(a, q.rows, split, s);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -420,17 +420,18 @@ void check_copies(Context& ctx, std::vector<Result>& out) {
   }
 
   struct StateCase {
-    int64_t n, off;
+    int64_t n, src_off, dst_off;
     bool perf;
   };
-  for (const StateCase& c : {StateCase{48 * 128 * 128, 0, true}, StateCase{77, 1, false},
-                             StateCase{1, 3, false}, StateCase{4 * 64 * 64, 0, false}}) {
-    Buf src(ctx, 1, c.n, c.off, 0), dst(ctx, 1, c.n, c.off + 2, 1);
+  for (const StateCase& c : {StateCase{48 * 128 * 128, 0, 0, true}, StateCase{77, 1, 3, false},
+                             StateCase{1, 3, 0, false}, StateCase{4 * 64 * 64, 0, 2, false}}) {
+    Buf src(ctx, 1, c.n, c.src_off, 0), dst(ctx, 1, c.n, c.dst_off, 1);
     dst.poison();
     std::copy_n(src.host_data(), c.n, dst.host_data());
     copy_state(src.dev_data(), dst.dev_data(), c.n, ctx.stream());
     Result r = dst.check("copy_state",
-                         fmt::format("n={}{}", c.n, c.n == 48 * 128 * 128 ? " bonsai state" : ""),
+                         fmt::format("n={} src+{} dst+{}{}", c.n, c.src_off, c.dst_off,
+                                     c.perf ? " bonsai state" : ""),
                          kTolExact);
     if (c.perf && ctx.perf()) {
       const int copies = rotation_copies(2.0 * double(c.n) * 4);
@@ -478,13 +479,13 @@ void check_kv_store(Context& ctx, std::vector<Result>& out) {
     const std::string shape = fmt::format("T={} kv_dim={} pos0={}{} {}", c.T, c.kv_dim, c.pos0,
                                           view_desc(c.off, 1), c.what);
     Result rk = kc.check("kv_store", shape + " (k cache)", kTolExact);
+    out.push_back(vc.check("kv_store", shape + " (v cache)", kTolExact));
     if (c.perf) {
       timed(ctx, rk, 4.0 * double(c.T * c.kv_dim) * 4, [&](int) {
         kv_store(k.dev(), v.dev(), kc.dev_data(), vc.dev_data(), c.kv_dim, c.pos0, ctx.stream());
       });
     }
     out.push_back(rk);
-    out.push_back(vc.check("kv_store", shape + " (v cache)", kTolExact));
   }
 }
 
@@ -601,6 +602,7 @@ void check_conv(Context& ctx, std::vector<Result>& out) {
     cpu::conv_step(x.host(), y.host(), w.host_data(), c.K, state.host_data());
     conv_step(x.dev(), y.dev(), w.dev_data(), c.K, state.dev_data(), ctx.stream());
     Result r = y.check("conv_step", shape, kTolConv);
+    if (hist > 0) out.push_back(state.check("conv_step", shape + " (state)", kTolConv));
     if (c.perf) {
       const double bytes = double(c.C) * 4 * double(2 * c.T + c.K + 2 * hist);
       timed(ctx, r, bytes, [&](int) {
@@ -608,7 +610,6 @@ void check_conv(Context& ctx, std::vector<Result>& out) {
       });
     }
     out.push_back(r);
-    if (hist > 0) out.push_back(state.check("conv_step", shape + " (state)", kTolConv));
   }
 }
 
@@ -666,6 +667,7 @@ void check_gdn(Context& ctx, std::vector<Result>& out) {
     gdn_recurrence(q, k, v, g.dev(), beta.dev(), o.dev(), state.dev_data(), c.Hk, c.Hv, c.d,
                    ctx.stream());
     Result r = o.check("gdn_recurrence", shape, tol_gdn(c.T));
+    out.push_back(state.check("gdn_recurrence", shape + " (state)", tol_gdn(c.T)));
     if (c.perf && ctx.perf()) {
       const double state_bytes = double(c.Hv * c.d * c.d) * 4;
       const int copies = rotation_copies(2 * state_bytes);
@@ -682,7 +684,6 @@ void check_gdn(Context& ctx, std::vector<Result>& out) {
       });
     }
     out.push_back(r);
-    out.push_back(state.check("gdn_recurrence", shape + " (state)", tol_gdn(c.T)));
   }
 }
 
@@ -730,6 +731,8 @@ void check_attention(Context& ctx, std::vector<Result>& out) {
     const char* what;
   };
   // D 1, 32 | 33, 64 | 77, 128 | 256 cover every lanes-per-dim instantiation at its edges.
+  // With 132 SMs the key split S is 8 for decode at 4096 and the 3000-key case, 4 at 1000, 2
+  // for the 260-row prefill (whose first rows give the second CTA no key), 1 elsewhere.
   const Case cases[] = {
       {1, 24, 4, 256, 0, 0, false, "bonsai decode, first token"},
       {1, 24, 4, 256, 1000, 0, false, "bonsai decode"},
@@ -745,6 +748,8 @@ void check_attention(Context& ctx, std::vector<Result>& out) {
       {2, 2, 1, 32, 40, 0, false, "D=32"},
       {2, 2, 2, 33, 40, 0, false, "D=33"},
       {3, 8, 2, 128, 70, 0, false, "D=128"},
+      {3, 2, 1, 64, 3000, 0, false, "long context, split keys"},
+      {260, 1, 1, 64, 0, 0, false, "split keys, early rows leave CTAs empty"},
   };
   for (const Case& c : cases) {
     const int64_t n_ctx = c.pos0 + c.T + 3, kv_dim = c.Hkv * c.D, qd = c.H * c.D;

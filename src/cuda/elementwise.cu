@@ -153,6 +153,8 @@ struct CopyJob {
   int64_t rows, cols, src_ld, dst_ld;
 };
 
+constexpr int kCopyUnroll = 4;  // vectors per thread, all loaded before the first store
+
 template <int N>
 __global__ void __launch_bounds__(kThreads) copy_kernel(CopyJob job0, CopyJob job1) {
   const CopyJob& job = blockIdx.z == 0 ? job0 : job1;
@@ -161,8 +163,17 @@ __global__ void __launch_bounds__(kThreads) copy_kernel(CopyJob job0, CopyJob jo
   for (int64_t r = blockIdx.y; r < job.rows; r += gridDim.y) {
     const float* src = job.src + r * job.src_ld;
     float* dst = job.dst + r * job.dst_ld;
-    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-      store_vec<N>(dst, i, load_vec<N>(src, i));
+    for (int64_t i0 = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i0 < n;
+         i0 += kCopyUnroll * stride) {
+      Vec<N> t[kCopyUnroll];
+#pragma unroll
+      for (int u = 0; u < kCopyUnroll; ++u) {
+        if (i0 + u * stride < n) t[u] = load_vec<N>(src, i0 + u * stride);
+      }
+#pragma unroll
+      for (int u = 0; u < kCopyUnroll; ++u) {
+        if (i0 + u * stride < n) store_vec<N>(dst, i0 + u * stride, t[u]);
+      }
     }
   }
 }
@@ -176,7 +187,7 @@ bool vec4_job(const CopyJob& j) {
 void launch_copy(const CopyJob& a, const CopyJob* b, cudaStream_t s) {
   const bool vec4 = vec4_job(a) && (!b || vec4_job(*b));
   const int n_vec = vec4 ? 4 : 1;
-  dim3 grid = grid_for(a.rows, a.cols / n_vec);
+  dim3 grid = grid_for(a.rows, (a.cols / n_vec + kCopyUnroll - 1) / kCopyUnroll);
   grid.z = b ? 2 : 1;
   if (vec4) {
     copy_kernel<4><<<grid, kThreads, 0, s>>>(a, b ? *b : a);

@@ -626,6 +626,70 @@ TEST(DotRowQ8, MatchesDoubleDotOfDequantisedOperands) {
   }
 }
 
+// 128-element activation blocks (the Q1_0 GPU kernel's): same rounding rule, one scale per
+// 128, plus the code sum.
+TEST(DotRowQ8_128, QuantizeActivations) {
+  std::vector<float> x(256, 0.0f);
+  x[0] = 127.0f;
+  x[1] = -0.5f;
+  x[2] = 2.5f;
+  x[127] = -127.0f;  // the last element of the block shares the first one's scale
+  const float third = 1.0f / 3.0f;
+  for (int j = 128; j < 256; ++j) x[j] = third * static_cast<float>(j - 192) / 64.0f;
+  std::vector<BlockQ8Act128> q(2);
+  quantize_activations_q8_128(x.data(), 256, q.data());
+  EXPECT_EQ(q[0].d, 1.0f);
+  EXPECT_EQ(q[0].q[0], 127);
+  EXPECT_EQ(q[0].q[1], -1);
+  EXPECT_EQ(q[0].q[2], 3);
+  EXPECT_EQ(q[0].q[127], -127);
+  EXPECT_EQ(q[0].sum, 127 - 1 + 3 - 127);
+  EXPECT_EQ(q[1].d, third / 127.0f);
+  EXPECT_EQ(q[1].q[0], -127);
+  EXPECT_EQ(q[1].q[64], 0);
+  int32_t sum = 0;
+  for (int j = 0; j < 128; ++j) {
+    sum += q[1].q[j];
+    EXPECT_LE(std::fabs(q[1].q[j] * double{q[1].d} - x[128 + j]), q[1].d * (0.5 + 1e-5));
+  }
+  EXPECT_EQ(q[1].sum, sum);
+
+  std::vector<float> zero(128, 0.0f);
+  quantize_activations_q8_128(zero.data(), 128, q.data());
+  EXPECT_EQ(q[0].d, 0.0f);
+  EXPECT_EQ(q[0].sum, 0);
+  for (int8_t v : q[0].q) EXPECT_EQ(v, 0);
+
+  expect_error([&] { quantize_activations_q8_128(x.data(), 96, q.data()); }, {"96", "128"});
+}
+
+TEST(DotRowQ8_128, MatchesDoubleDotOfDequantisedOperands) {
+  for (int64_t n : {128, 384, 5120, 17408}) {
+    const auto row = quantize(Type::Q1_0, random_row(n, 13));
+    const auto w = dequantize(Type::Q1_0, row, n);
+    const auto x = random_row(n, 14);
+    std::vector<BlockQ8Act128> xq(n / kQ8Act128Block);
+    quantize_activations_q8_128(x.data(), n, xq.data());
+    double ref = 0, sum_abs = 0, full_ref = 0, act_err = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      const auto& a = xq[j / kQ8Act128Block];
+      const double xv = a.q[j % kQ8Act128Block] * double{a.d};
+      ref += double{w[j]} * xv;
+      sum_abs += std::fabs(double{w[j]} * xv);
+      full_ref += double{w[j]} * x[j];
+      act_err += std::fabs(double{w[j]}) * a.d * (0.5 + 1e-5);
+    }
+    // Per block: an exact integer, one rounding of d_w * d_x and one of the product.
+    const float got = dot_row_q1_0_q8_128(row.data(), xq.data(), n);
+    EXPECT_LE(std::fabs(got - ref), 3 * kF32Eps * sum_abs + kF32Eps * std::fabs(ref)) << n;
+    EXPECT_LE(std::fabs(got - full_ref), act_err + 3 * kF32Eps * sum_abs + kF32Eps * std::fabs(ref))
+        << n;
+  }
+  std::vector<uint8_t> bytes(64);
+  std::vector<BlockQ8Act128> a(2);
+  expect_error([&] { dot_row_q1_0_q8_128(bytes.data(), a.data(), 64); }, {"q1_0", "64"});
+}
+
 // ---------------------------------------------------------------------------------------------
 // Errors
 

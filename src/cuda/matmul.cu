@@ -29,8 +29,8 @@ int sm_count() {
   return counts[dev];
 }
 
-void check_matmul_args(const GpuMatrix& w, const float* x, int64_t ldx, const float* y,
-                       int64_t ldy, int64_t n_tokens) {
+void check_matmul_args(const GpuMatrix& w, const float* x, int64_t ldx, const float* y, int64_t ldy,
+                       int64_t n_tokens) {
   const auto name = quant::type_info(w.type).name;
   if (!w.codes.get()) fail("cuda matmul {} '{}': matrix not uploaded", name, w.name);
   if (n_tokens < 1 || n_tokens > 65535 * 8) {
@@ -60,7 +60,8 @@ GpuMatrix upload_chunked(const MatrixView& m, const ChunkedFormat& f, cudaStream
         if (r >= m.n_out) break;  // padding rows stay zero
         const uint8_t* row = m.data + static_cast<size_t>(r) * m.row_bytes;
         for (int64_t c = 0; c < chunks; ++c) {
-          f.chunk(row, m.row_bytes, c, &codes[static_cast<size_t>(((g * chunks + c) * 32 + lane) * 16)]);
+          f.chunk(row, m.row_bytes, c,
+                  &codes[static_cast<size_t>(((g * chunks + c) * 32 + lane) * 16)]);
         }
         for (int64_t b = 0; b < blocks; ++b) {
           scales[static_cast<size_t>((g * blocks + b) * 32 + lane)] = f.scale(row, b);
@@ -93,8 +94,8 @@ namespace {
 // The Q1_0 configuration matmul() uses (bench/gemv_lab.cu compares the others).
 mm::Q1Options default_q1_options(const GpuMatrix& w) {
   mm::Q1Options o;
-  // Two quads per warp keeps registers low enough for a full wave on every Bonsai shape;
-  // inputs too long for 18 warps of two quads take four.
+  // Provisional until the lab's numbers pick (bench/gemv_lab.cu): two quads per warp; inputs
+  // too long for 18 warps of two quads take four.
   o.variant = mm::ceil_div(w.n_in, 512) <= 36 ? mm::Q1Variant::kBmma2 : mm::Q1Variant::kBmma4;
   return o;
 }
@@ -103,7 +104,8 @@ mm::Q1Options default_q1_options(const GpuMatrix& w) {
 
 GpuMatrix upload_matrix(const MatrixView& m, cudaStream_t s) {
   const quant::TypeInfo* info = quant::find_type(static_cast<uint32_t>(m.type));
-  if (!info) fail("cuda upload '{}': unsupported type id {}", m.name, static_cast<uint32_t>(m.type));
+  if (!info)
+    fail("cuda upload '{}': unsupported type id {}", m.name, static_cast<uint32_t>(m.type));
   if (m.n_in <= 0 || m.n_out <= 0 || m.n_in % info->block_elems != 0) {
     fail("cuda upload '{}' {} [{} x {}]: n_in must be a positive multiple of the block size {}",
          m.name, info->name, m.n_out, m.n_in, info->block_elems);
@@ -113,13 +115,13 @@ GpuMatrix upload_matrix(const MatrixView& m, cudaStream_t s) {
          info->name, m.n_out, m.n_in);
   }
   if (m.data == nullptr || m.row_bytes != quant::row_bytes(m.type, m.n_in)) {
-    fail("cuda upload '{}' {} [{} x {}]: row_bytes {} (expected {}) or no data", m.name,
-         info->name, m.n_out, m.n_in, m.row_bytes, quant::row_bytes(m.type, m.n_in));
+    fail("cuda upload '{}' {} [{} x {}]: row_bytes {} (expected {}) or no data", m.name, info->name,
+         m.n_out, m.n_in, m.row_bytes, quant::row_bytes(m.type, m.n_in));
   }
   switch (m.type) {
     case quant::Type::Q1_0:
-      if (mm::ceil_div(m.n_in, 512) > 72) {
-        fail("cuda upload '{}' q1_0 [{} x {}]: n_in above 36864 is not supported by the GEMV",
+      if (mm::ceil_div(m.n_in, 512) > 48) {
+        fail("cuda upload '{}' q1_0 [{} x {}]: n_in above 24576 is not supported by the GEMV",
              m.name, m.n_out, m.n_in);
       }
       return mm::upload_q1_0(m, s);

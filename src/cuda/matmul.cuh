@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #include "common/error.h"
 #include "cuda/check.h"
@@ -65,8 +66,8 @@ inline bool aligned16(const void* p) {
 int sm_count();
 // Launches kernel<<<grid, block, smem, s>>>(args), with programmatic serialization when pdl.
 template <class... KArgs, class... Args>
-void launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, bool pdl,
-            cudaStream_t s, Args&&... args) {
+void launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, bool pdl, cudaStream_t s,
+            Args&&... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
@@ -81,8 +82,8 @@ void launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, bool p
 }
 
 // Shape assertions shared by the launchers.
-void check_matmul_args(const GpuMatrix& w, const float* x, int64_t ldx, const float* y,
-                       int64_t ldy, int64_t n_tokens);
+void check_matmul_args(const GpuMatrix& w, const float* x, int64_t ldx, const float* y, int64_t ldy,
+                       int64_t n_tokens);
 
 // ---------------------------------------------------------------------------------------------
 // The chunked GEMV / batched kernel
@@ -94,9 +95,9 @@ constexpr int kMaxWarps = 16;
 constexpr int kChunkUnroll = 4;
 
 struct ChunkedArgs {
-  const uint4* codes;     // [n_groups][n_chunks][32]
-  const __half* scales;   // [n_groups][n_blocks][32] or null
-  const float* x;         // [n_tokens][ldx]
+  const uint4* codes;    // [n_groups][n_chunks][32]
+  const __half* scales;  // [n_groups][n_blocks][32] or null
+  const float* x;        // [n_tokens][ldx]
   int64_t ldx;
   float* y;  // [n_tokens][ldy]
   int64_t ldy;
@@ -280,7 +281,10 @@ void matmul_2bit(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int6
 // Q1_0 (matmul_q1_0.cu): activations quantised by a small kernel into the workspace, then the
 // GEMV / batched kernel. The variants exist for the lab (bench/gemv_lab.cu) until it has
 // picked one; matmul() uses the default.
-enum class Q1Variant { kBmma2, kBmma4, kDp4a2 };
+// kBmma<Q>: b1 mma, Q quads (Q * 512 weights of each of 16 rows) per warp, the next row tile's
+// loads issued before the current one is computed; *Flat: without that prefetch (fewer
+// registers, more warps); kDp4a2: dp4a arithmetic, 2 quads, prefetch.
+enum class Q1Variant { kBmma2, kBmma2Flat, kBmma4, kBmma4Flat, kDp4a2 };
 struct Q1Options {
   Q1Variant variant = Q1Variant::kBmma2;
   bool pdl = true;  // the GEMV starts its weight loads while the quantise kernel runs
@@ -294,6 +298,8 @@ void q1_0_quantize(const GpuMatrix& w, const float* x, int64_t ldx, int64_t n_to
 // The product from already quantised activations.
 void q1_0_product(const GpuMatrix& w, const void* act, float* y, int64_t ldy, int64_t n_tokens,
                   const Q1Options& o, cudaStream_t s);
+// "5 warps/tile x 1 steps of 2 quads, ..." : how the product kernel is cut for this shape.
+std::string q1_0_describe(const GpuMatrix& w, int64_t n_tokens, const Q1Options& o);
 void matmul_q1_0(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int64_t ldy,
                  int64_t n_tokens, MatmulWorkspace& ws, const Q1Options& o, cudaStream_t s);
 

@@ -17,7 +17,8 @@ struct Q2Format {
   __device__ static void decode(const uint4& c, int sub, float (&w)[16]) {
     const uint32_t v = sub == 0 ? c.x : sub == 1 ? c.y : sub == 2 ? c.z : c.w;
 #pragma unroll
-    for (int e = 0; e < 16; ++e) w[e] = static_cast<float>(static_cast<int>((v >> (2 * e)) & 3) - 1);
+    for (int e = 0; e < 16; ++e)
+      w[e] = static_cast<float>(static_cast<int>((v >> (2 * e)) & 3) - 1);
   }
 };
 

@@ -42,8 +42,14 @@
 // scales in flight); the ceil(quads / kQ) warps of a row tile sit in one CTA and add their sums
 // through shared memory in slice order (deterministic, no atomics). CTAs stride over row tiles
 // with the next tile's loads issued before the current one is computed.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/parallel.h"
@@ -53,13 +59,17 @@
 namespace gdn::cuda::mm {
 namespace {
 
-constexpr int kBlock = 128;       // Q1_0 block = the b1 mma's k
-constexpr int kBlockBytes = 18;   // fp16 d + 16 bytes of bits (file layout)
-constexpr int kTileRows = 16;     // the mma's m
-constexpr int kQuadBlocks = 4;    // blocks per quad (one 16-byte scale load per lane)
-constexpr int kMaxSlices = 18;    // warps per row tile: n_in <= 18 * kQ * 512
-constexpr int kMaxThreads = kMaxSlices * 32;
-constexpr int kBatchTokensQ1 = 8;  // tokens per pass of the batched kernel
+constexpr int kBlock = 128;      // Q1_0 block = the b1 mma's k
+constexpr int kBlockBytes = 18;  // fp16 d + 16 bytes of bits (file layout)
+constexpr int kTileRows = 16;    // the mma's m
+constexpr int kQuadBlocks = 4;   // blocks per quad (one 16-byte scale load per lane)
+// Warps per row tile (slices of kQ quads) a CTA may hold: n_in <= max_slices * kQ * 512, i.e.
+// 18432 for kQ = 2 and 24576 for kQ = 4 (Bonsai's longest rows are 17408). The bound sets the
+// kernel's register budget: 65536 / (32 * max_slices).
+constexpr int max_slices(int kQ) {
+  return kQ == 2 ? 18 : 12;
+}
+constexpr int kBatchTokensQ1 = 16;  // tokens per CTA of the batched kernel (weights reused)
 
 struct alignas(8) ActMeta {
   float d;  // activation scale of the block
@@ -67,15 +77,17 @@ struct alignas(8) ActMeta {
 };
 
 struct Q1Args {
-  const uint4* bits;     // [n_tiles][n_quads][2][32]
-  const uint4* scales;   // [n_tiles][n_quads][8]
-  const uint32_t* act;   // [n_tokens][n_quads * 4][32]
-  const ActMeta* meta;   // [n_tokens][n_quads * 4]
-  float* y;              // [n_tokens][ldy]
+  const uint4* bits;    // [n_tiles][n_quads][2][32]
+  const uint4* scales;  // [n_tiles][n_quads][8]
+  const uint32_t* act;  // [n_tokens][n_quads * 4][32]
+  const ActMeta* meta;  // [n_tokens][n_quads * 4]
+  float* y;             // [n_tokens][ldy]
   int64_t ldy;
   int n_out, n_tiles, n_quads, n_tokens;
-  int slices;  // warps per row tile
-  int rpc;     // row tiles per CTA
+  int slices;          // warps per row tile
+  int chunks;          // chunks of kQ quads per slice
+  int rpc;             // row tiles per CTA
+  int tokens_per_cta;  // grid.y splits the tokens into groups of this many
 };
 
 __device__ __forceinline__ ActMeta load_meta(const ActMeta* p) {
@@ -84,7 +96,8 @@ __device__ __forceinline__ ActMeta load_meta(const ActMeta* p) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Per-block arithmetic: the integer dot of one block for rows g and g+8, this lane's share.
+// Per-block arithmetic: this lane's share of the integer dot of one block for rows g and g+8.
+// `act` points at the block's 32 activation words plus the lane's lane_offset().
 
 struct BmmaMath {
   int w0, w1;  // 2 * plane weight of this lane's two D columns (planes 2t, 2t+1)
@@ -93,9 +106,10 @@ struct BmmaMath {
     w0 = 2 << (2 * t);
     w1 = t == 3 ? -256 : 2 << (2 * t + 1);
   }
+  __device__ static int lane_offset(int lane) { return lane; }  // its B fragment word
   __device__ __forceinline__ void block(uint32_t a_lo, uint32_t a_hi, const uint32_t* act,
-                                        int lane, int neg_sum, int& i_lo, int& i_hi) const {
-    const uint32_t b = __ldg(act + lane);
+                                        int neg_sum, int& i_lo, int& i_hi) const {
+    const uint32_t b = __ldg(act);
     int c0, c1, c2, c3;
     asm("mma.sync.aligned.m16n8k128.row.col.s32.b1.b1.s32.and.popc {%0,%1,%2,%3}, {%4,%5}, "
         "{%6}, {%7,%7,%7,%7};"
@@ -108,10 +122,11 @@ struct BmmaMath {
 
 struct Dp4aMath {
   __device__ explicit Dp4aMath(int /*lane*/) {}
+  __device__ static int lane_offset(int lane) { return (lane & 3) * 8; }  // the words of chunk t
   __device__ __forceinline__ void block(uint32_t a_lo, uint32_t a_hi, const uint32_t* act,
-                                        int lane, int neg_sum, int& i_lo, int& i_hi) const {
-    const uint4* q = reinterpret_cast<const uint4*>(act + (lane & 3) * 8);
-    const uint4 q0 = __ldg(q), q1 = __ldg(q + 1);
+                                        int neg_sum, int& i_lo, int& i_hi) const {
+    const uint4 q0 = __ldg(reinterpret_cast<const uint4*>(act));
+    const uint4 q1 = __ldg(reinterpret_cast<const uint4*>(act) + 1);
     const uint32_t qk[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
     int s_lo = 0, s_hi = 0;
 #pragma unroll
@@ -127,120 +142,202 @@ struct Dp4aMath {
 // ---------------------------------------------------------------------------------------------
 // Kernels
 
+// One chunk of a row tile for this warp: kQ quads of bits (2 x 16 bytes each) and scales.
 template <int kQ>
-struct TileLoads {
+struct ChunkLoads {
   uint4 bits[kQ][2];
   uint4 scales[kQ];
 };
 
+// Per-warp base pointers, so that the loads in the loops have compile-time offsets.
+struct WarpView {
+  const uint4* bits;    // tile 0, first quad of the slice, + lane
+  const uint4* scales;  // tile 0, first quad of the slice, + group
+  const uint32_t* act;  // first token of the CTA, first block of the slice, + lane offset
+  const ActMeta* meta;  // first token of the CTA, first block of the slice
+  int64_t tile_bits, tile_scales;  // strides per row tile
+  int64_t token_act, token_meta;   // strides per token
+  int quads;                       // quads of the slice (may be < chunks * kQ, even 0)
+};
+
 template <int kQ>
-__device__ __forceinline__ void load_tile(const Q1Args& a, int tile, int q_begin, int q_count,
-                                          int lane, TileLoads<kQ>& t) {
+__device__ __forceinline__ void load_chunk(const Q1Args& a, const WarpView& v, int tile, int c,
+                                           ChunkLoads<kQ>& t) {
+  if (tile >= a.n_tiles) return;  // a padding tile of the last group: computed, never stored
+  const uint4* bits = v.bits + tile * v.tile_bits + c * kQ * 64;
+  const uint4* scales = v.scales + tile * v.tile_scales + c * kQ * 8;
 #pragma unroll
   for (int i = 0; i < kQ; ++i) {
-    if (i < q_count && tile < a.n_tiles) {
-      const int64_t quad = int64_t(tile) * a.n_quads + q_begin + i;
-      t.bits[i][0] = ld_stream(a.bits + (quad * 2) * 32 + lane);
-      t.bits[i][1] = ld_stream(a.bits + (quad * 2 + 1) * 32 + lane);
-      t.scales[i] = ld_stream(a.scales + quad * 8 + (lane >> 2));
+    if (c * kQ + i < v.quads) {
+      t.bits[i][0] = ld_stream(bits + i * 64);
+      t.bits[i][1] = ld_stream(bits + i * 64 + 32);
+      t.scales[i] = ld_stream(scales + i * 8);
     }
   }
 }
 
-template <class Math, int kQ, int NT>
-__device__ __forceinline__ void compute_tile(const Q1Args& a, const Math& m,
-                                             const TileLoads<kQ>& t, int q_begin, int q_count,
-                                             int tok0, int lane, float (&acc)[NT][2]) {
-  const int n_blocks = a.n_quads * kQuadBlocks;
-#pragma unroll
-  for (int n = 0; n < NT; ++n) acc[n][0] = acc[n][1] = 0.0f;
+// This warp's chunk c of one row tile against token n: per-lane partial sums of rows g, g+8.
+template <class Math, int kQ>
+__device__ __forceinline__ float2 dot_chunk(const Math& m, const WarpView& v,
+                                            const ChunkLoads<kQ>& t, int c, int n, int lane) {
+  const uint32_t* act = v.act + n * v.token_act + c * kQ * kQuadBlocks * 32;
+  const ActMeta* meta = v.meta + n * v.token_meta + c * kQ * kQuadBlocks;
+  float2 acc = make_float2(0.0f, 0.0f);
 #pragma unroll
   for (int i = 0; i < kQ; ++i) {
-    if (i >= q_count) break;
+    if (c * kQ + i >= v.quads) break;
     const uint32_t words[8] = {t.bits[i][0].x, t.bits[i][0].y, t.bits[i][0].z, t.bits[i][0].w,
                                t.bits[i][1].x, t.bits[i][1].y, t.bits[i][1].z, t.bits[i][1].w};
     const uint32_t halves[4] = {t.scales[i].x, t.scales[i].y, t.scales[i].z, t.scales[i].w};
 #pragma unroll
     for (int j = 0; j < kQuadBlocks; ++j) {
-      const int blk = (q_begin + i) * kQuadBlocks + j;
+      const int blk = i * kQuadBlocks + j;
+      const ActMeta am = load_meta(meta + blk);
+      const int neg_sum = (lane & 3) == 0 ? -am.sum : 0;
+      int i_lo, i_hi;
+      m.block(words[2 * j], words[2 * j + 1], act + blk * 32, neg_sum, i_lo, i_hi);
       __half2 h;
       std::memcpy(&h, &halves[j], sizeof h);
       const float2 dw = __half22float2(h);  // rows g, g+8
-#pragma unroll
-      for (int n = 0; n < NT; ++n) {
-        if (NT > 1 && tok0 + n >= a.n_tokens) break;
-        const int64_t tb = int64_t(tok0 + n) * n_blocks + blk;
-        const ActMeta meta = load_meta(a.meta + tb);
-        const int neg_sum = (lane & 3) == 0 ? -meta.sum : 0;
-        int i_lo, i_hi;
-        m.block(words[2 * j], words[2 * j + 1], a.act + tb * 32, lane, neg_sum, i_lo, i_hi);
-        acc[n][0] = fmaf(static_cast<float>(i_lo), dw.x * meta.d, acc[n][0]);
-        acc[n][1] = fmaf(static_cast<float>(i_hi), dw.y * meta.d, acc[n][1]);
-      }
+      acc.x = fmaf(static_cast<float>(i_lo), dw.x * am.d, acc.x);
+      acc.y = fmaf(static_cast<float>(i_hi), dw.y * am.d, acc.y);
     }
   }
+  return acc;
 }
 
-// Sums the lanes t of each row, then the slices of each row tile in slice order; stores y.
-template <int NT>
-__device__ __forceinline__ void reduce_store(const Q1Args& a, float* red, int tile0, int tok0,
-                                             int lane, int warp, float (&acc)[NT][2]) {
-  const int slice = warp % a.slices, tile_local = warp / a.slices;
-#pragma unroll
-  for (int n = 0; n < NT; ++n) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float v = acc[n][h];
-      v += __shfl_xor_sync(kFullMask, v, 1);
-      v += __shfl_xor_sync(kFullMask, v, 2);
-      if ((lane & 3) == 0) {
-        red[((tile_local * a.slices + slice) * NT + n) * kTileRows + (lane >> 2) + 8 * h] = v;
+// Sum over the four lanes t of each row (every lane gets the same value).
+__device__ __forceinline__ float2 sum_quad_lanes(float2 v) {
+  v.x += __shfl_xor_sync(kFullMask, v.x, 1);
+  v.y += __shfl_xor_sync(kFullMask, v.y, 1);
+  v.x += __shfl_xor_sync(kFullMask, v.x, 2);
+  v.y += __shfl_xor_sync(kFullMask, v.y, 2);
+  return v;
+}
+
+// The per-warp state across the chunks of a row tile. One token: the partial sums stay in
+// registers until the tile's last chunk. Several: each chunk's sums, lane-reduced, are added
+// into this warp's shared-memory slots (only its own lanes touch them: no barrier needed).
+template <class Math, int kQ>
+struct Q1Warp {
+  const Q1Args& a;
+  const Math m;
+  WarpView v;
+  float* red;  // [warps][tokens_per_cta][16]
+  int lane, warp, nt, tok0;
+  float2 acc;
+
+  __device__ Q1Warp(const Q1Args& a_, float* red_, int lane_, int warp_)
+      : a(a_), m(lane_), red(red_), lane(lane_), warp(warp_) {
+    const int slice = warp % a.slices;
+    const int q_begin = slice * a.chunks * kQ;
+    const int n_blocks = a.n_quads * kQuadBlocks;
+    tok0 = blockIdx.y * a.tokens_per_cta;
+    nt = min(a.tokens_per_cta, a.n_tokens - tok0);
+    v.bits = a.bits + int64_t(q_begin) * 64 + lane;
+    v.scales = a.scales + int64_t(q_begin) * 8 + (lane >> 2);
+    v.act =
+        a.act + (int64_t(tok0) * n_blocks + q_begin * kQuadBlocks) * 32 + Math::lane_offset(lane);
+    v.meta = a.meta + int64_t(tok0) * n_blocks + q_begin * kQuadBlocks;
+    v.tile_bits = int64_t(a.n_quads) * 64;
+    v.tile_scales = int64_t(a.n_quads) * 8;
+    v.token_act = int64_t(n_blocks) * 32;
+    v.token_meta = n_blocks;
+    v.quads = max(0, min(a.chunks * kQ, a.n_quads - q_begin));
+    acc = make_float2(0.0f, 0.0f);
+  }
+
+  __device__ int tile_of(int group) const { return group * a.rpc + warp / a.slices; }
+
+  __device__ void load(int group, int c, ChunkLoads<kQ>& t) const {
+    load_chunk<kQ>(a, v, tile_of(group), c, t);
+  }
+
+  // Chunk c of the group's tile; after the last chunk, the CTA adds the slices and stores y.
+  __device__ void process(int group, int c, const ChunkLoads<kQ>& t) {
+    float* slots = red + warp * a.tokens_per_cta * kTileRows + (lane >> 2);
+    if (a.tokens_per_cta == 1) {
+      const float2 p = dot_chunk<Math, kQ>(m, v, t, c, 0, lane);
+      acc.x += p.x;
+      acc.y += p.y;
+      if (c == a.chunks - 1) {
+        const float2 r = sum_quad_lanes(acc);
+        if ((lane & 3) == 0) {
+          slots[0] = r.x;
+          slots[8] = r.y;
+        }
+        acc = make_float2(0.0f, 0.0f);
+      }
+    } else {
+      for (int n = 0; n < nt; ++n) {
+        const float2 r = sum_quad_lanes(dot_chunk<Math, kQ>(m, v, t, c, n, lane));
+        if ((lane & 3) == 0) {
+          float* s = slots + n * kTileRows;
+          s[0] = c == 0 ? r.x : s[0] + r.x;
+          s[8] = c == 0 ? r.y : s[8] + r.y;
+        }
       }
     }
+    if (c == a.chunks - 1) store_tile(group);
   }
-  __syncthreads();  // all slices' partial sums are in shared memory before they are added
-  for (int i = threadIdx.x; i < a.rpc * NT * kTileRows; i += blockDim.x) {
-    const int tl = i / (NT * kTileRows), n = i / kTileRows % NT, r = i % kTileRows;
-    const int row = (tile0 + tl) * kTileRows + r, tok = tok0 + n;
-    if (row >= a.n_out || tok >= a.n_tokens) continue;
-    float sum = 0.0f;
-    for (int s = 0; s < a.slices; ++s) sum += red[((tl * a.slices + s) * NT + n) * kTileRows + r];
-    a.y[int64_t(tok) * a.ldy + row] = sum;
-  }
-  __syncthreads();  // the sums are read before the next row tile overwrites them
-}
 
-// grid (CTAs striding over groups of rpc row tiles, ceil(n_tokens / NT)), block 32 * slices *
-// rpc, dynamic shared memory rpc * slices * NT * 16 floats.
-template <class Math, int kQ, int NT>
-__global__ void __launch_bounds__(kMaxThreads) q1_kernel(Q1Args a) {
+  __device__ void store_tile(int group) const {
+    __syncthreads();  // every slice's sums are in shared memory before they are added
+    for (int i = threadIdx.x; i < a.rpc * nt * kTileRows; i += blockDim.x) {
+      const int tl = i / (nt * kTileRows), n = i / kTileRows % nt, r = i % kTileRows;
+      const int row = (group * a.rpc + tl) * kTileRows + r;
+      if (row >= a.n_out) continue;
+      float sum = 0.0f;
+      for (int s = 0; s < a.slices; ++s) {  // fixed order: deterministic
+        sum += red[((tl * a.slices + s) * a.tokens_per_cta + n) * kTileRows + r];
+      }
+      a.y[int64_t(tok0 + n) * a.ldy + row] = sum;
+    }
+    __syncthreads();  // the sums are read before the next row tile overwrites them
+  }
+};
+
+// grid (CTAs striding over groups of rpc row tiles, token groups), block 32 * slices * rpc,
+// dynamic shared memory slices * rpc * tokens_per_cta * 16 floats. Each warp walks the steps
+// (group, chunk) of its slice; every warp of a CTA walks the same sequence, so the barriers in
+// store_tile line up. kPrefetch: the next step's loads are issued before the current step is
+// computed (unrolled by two so both buffers stay in registers without copies).
+template <class Math, int kQ, bool kPrefetch>
+__global__ void __launch_bounds__(32 * max_slices(kQ)) q1_kernel(Q1Args a) {
   extern __shared__ float red[];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int slice = warp % a.slices, tile_local = warp / a.slices;
-  const int q_begin = slice * kQ, q_count = min(kQ, a.n_quads - q_begin);
-  const int tok0 = blockIdx.y * NT;
+  Q1Warp<Math, kQ> w(a, red, threadIdx.x & 31, threadIdx.x >> 5);
   const int n_groups = (a.n_tiles + a.rpc - 1) / a.rpc;
-  const Math m(lane);
-  float acc[NT][2];
-
-  // Two tiles' loads in flight: compute one while the next arrives (unrolled by two so the
-  // buffers stay in registers without copies).
-  TileLoads<kQ> buf0, buf1;
-  int group = blockIdx.x;
-  load_tile<kQ>(a, group * a.rpc + tile_local, q_begin, q_count, lane, buf0);
+  int group = blockIdx.x, c = 0;
+  const auto advance = [&](int& g, int& k) {
+    if (++k == a.chunks) {
+      k = 0;
+      g += gridDim.x;
+    }
+  };
+  ChunkLoads<kQ> buf0, buf1;
+  w.load(group, c, buf0);
   pdl_wait();  // the activations come from the quantise kernel; the weights did not
-  while (group < n_groups) {
-    const int next = group + gridDim.x;
-    if (next < n_groups) load_tile<kQ>(a, next * a.rpc + tile_local, q_begin, q_count, lane, buf1);
-    compute_tile<Math, kQ, NT>(a, m, buf0, q_begin, q_count, tok0, lane, acc);
-    reduce_store<NT>(a, red, group * a.rpc, tok0, lane, warp, acc);
-    group = next;
-    if (group >= n_groups) break;
-    const int after = group + gridDim.x;
-    if (after < n_groups) load_tile<kQ>(a, after * a.rpc + tile_local, q_begin, q_count, lane, buf0);
-    compute_tile<Math, kQ, NT>(a, m, buf1, q_begin, q_count, tok0, lane, acc);
-    reduce_store<NT>(a, red, group * a.rpc, tok0, lane, warp, acc);
-    group = after;
+  if constexpr (kPrefetch) {
+    while (group < n_groups) {
+      int g1 = group, c1 = c;
+      advance(g1, c1);
+      if (g1 < n_groups) w.load(g1, c1, buf1);
+      w.process(group, c, buf0);
+      group = g1;
+      c = c1;
+      if (group >= n_groups) break;
+      advance(g1, c1);
+      if (g1 < n_groups) w.load(g1, c1, buf0);
+      w.process(group, c, buf1);
+      group = g1;
+      c = c1;
+    }
+  } else {
+    while (group < n_groups) {
+      w.process(group, c, buf0);
+      advance(group, c);
+      if (group < n_groups) w.load(group, c, buf0);
+    }
   }
 }
 
@@ -302,7 +399,8 @@ __global__ void __launch_bounds__(256)
     const int t = lane >> 3, k = lane & 7;
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
-      word |= static_cast<uint32_t>(static_cast<uint8_t>(codes[warp][32 * b + 4 * k + t])) << (8 * b);
+      word |= static_cast<uint32_t>(static_cast<uint8_t>(codes[warp][32 * b + 4 * k + t]))
+              << (8 * b);
     }
   }
   act[tb * 32 + lane] = word;
@@ -324,47 +422,118 @@ bool uses_planes(Q1Variant v) {
   return v != Q1Variant::kDp4a2;
 }
 
-template <class Math, int kQ, int NT>
-void launch_q1(const GpuMatrix& w, const void* act, float* y, int64_t ldy, int64_t n_tokens,
-               bool pdl, cudaStream_t s) {
-  const Geometry geo = geometry(w.n_in);
-  Q1Args a;
-  a.bits = w.codes.as<const uint4>();
-  a.scales = w.scales.as<const uint4>();
-  a.act = static_cast<const uint32_t*>(act);
-  a.meta = reinterpret_cast<const ActMeta*>(a.act + n_tokens * geo.n_blocks_padded * 32);
-  a.y = y;
-  a.ldy = ldy;
-  a.n_out = static_cast<int>(w.n_out);
-  a.n_tiles = static_cast<int>(w.n_row_tiles);
-  a.n_quads = static_cast<int>(geo.n_quads);
-  a.n_tokens = static_cast<int>(n_tokens);
-  a.slices = static_cast<int>(ceil_div(geo.n_quads, kQ));
-  if (a.slices > kMaxSlices) {
-    fail("cuda matmul q1_0 '{}': n_in {} needs {} warps per row tile, more than {}", w.name, w.n_in,
-         a.slices, kMaxSlices);
+// How a product is cut: slices (warps per row tile) of `chunks` steps of kQ quads, rpc row tiles
+// per CTA, grid.x CTAs striding over the row-tile groups.
+struct Plan {
+  int slices = 0, chunks = 0, rpc = 0, threads = 0;
+  unsigned grid = 0;
+  size_t smem = 0;
+};
+
+// Picks the cut with the fewest sequential steps on the busiest warp (waves of CTAs times
+// chunks per slice), preferring fewer waves on ties: one wave of equal CTAs keeps every SM
+// streaming to the end, where a partial second wave leaves most of the GPU idle.
+template <class Kernel>
+Plan plan_q1(Kernel* kernel, int kQ, int n_tiles, int n_quads, int tokens_per_cta) {
+  static std::mutex mu;
+  static std::map<std::tuple<const void*, int, int, int>, Plan> cache;
+  const auto key =
+      std::make_tuple(reinterpret_cast<const void*>(kernel), n_tiles, n_quads, tokens_per_cta);
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  Plan best;
+  int64_t best_steps = 0, best_waves = 0;
+  const int max_chunks = static_cast<int>(ceil_div(n_quads, kQ));
+  for (int chunks = 1; chunks <= max_chunks; ++chunks) {
+    const int slices = static_cast<int>(ceil_div(n_quads, int64_t(chunks) * kQ));
+    if (slices > max_slices(kQ)) continue;
+    for (int rpc : {1, std::max(1, 8 / slices)}) {
+      Plan p;
+      p.slices = slices;
+      p.chunks = chunks;
+      p.rpc = rpc;
+      p.threads = 32 * slices * rpc;
+      p.smem = sizeof(float) * slices * rpc * tokens_per_cta * kTileRows;
+      int per_sm = 0;
+      CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, p.threads, p.smem));
+      if (per_sm < 1) continue;
+      const int64_t groups = ceil_div(n_tiles, rpc), ctas = int64_t(per_sm) * sm_count();
+      const int64_t waves = ceil_div(groups, ctas), steps = waves * chunks;
+      p.grid = static_cast<unsigned>(std::min(groups, ctas));
+      if (best.threads == 0 || steps < best_steps || (steps == best_steps && waves < best_waves)) {
+        best = p;
+        best_steps = steps;
+        best_waves = waves;
+      }
+    }
   }
-  a.rpc = std::max(1, 8 / a.slices);  // about 8 warps per CTA
-  const int threads = 32 * a.slices * a.rpc;
-  const size_t smem = sizeof(float) * a.rpc * a.slices * NT * kTileRows;
-  auto* kernel = &q1_kernel<Math, kQ, NT>;
-  int per_sm = 0;
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-  if (per_sm < 1) fail("cuda matmul q1_0 '{}': {} threads do not fit an SM", w.name, threads);
-  const int64_t groups = ceil_div(a.n_tiles, a.rpc);
-  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(groups, int64_t(per_sm) * sm_count())),
-                  static_cast<unsigned>(ceil_div(n_tokens, NT)));
-  launch(kernel, grid, dim3(threads), smem, pdl, s, a);
+  if (best.threads == 0) fail("cuda matmul q1_0: no launch shape fits n_in = {}", n_quads * 512);
+  cache.emplace(key, best);
+  return best;
 }
 
-template <class Math, int kQ>
-void launch_q1_tokens(const GpuMatrix& w, const void* act, float* y, int64_t ldy,
-                      int64_t n_tokens, bool pdl, cudaStream_t s) {
-  if (n_tokens == 1) {
-    launch_q1<Math, kQ, 1>(w, act, y, ldy, n_tokens, pdl, s);
-  } else {
-    launch_q1<Math, kQ, kBatchTokensQ1>(w, act, y, ldy, n_tokens, pdl, s);
+template <class Math, int kQ, bool kPrefetch>
+struct Q1Launch {
+  static constexpr auto kernel = &q1_kernel<Math, kQ, kPrefetch>;
+
+  static Plan plan(const GpuMatrix& w, int64_t n_tokens) {
+    return plan_q1(kernel, kQ, static_cast<int>(w.n_row_tiles),
+                   static_cast<int>(geometry(w.n_in).n_quads), tokens_per_cta(n_tokens));
   }
+  static int tokens_per_cta(int64_t n_tokens) {
+    return static_cast<int>(std::min<int64_t>(n_tokens, kBatchTokensQ1));
+  }
+
+  static void run(const GpuMatrix& w, const void* act, float* y, int64_t ldy, int64_t n_tokens,
+                  bool pdl, cudaStream_t s) {
+    const Geometry geo = geometry(w.n_in);
+    Q1Args a;
+    a.bits = w.codes.as<const uint4>();
+    a.scales = w.scales.as<const uint4>();
+    a.act = static_cast<const uint32_t*>(act);
+    a.meta = reinterpret_cast<const ActMeta*>(a.act + n_tokens * geo.n_blocks_padded * 32);
+    a.y = y;
+    a.ldy = ldy;
+    a.n_out = static_cast<int>(w.n_out);
+    a.n_tiles = static_cast<int>(w.n_row_tiles);
+    a.n_quads = static_cast<int>(geo.n_quads);
+    a.n_tokens = static_cast<int>(n_tokens);
+    a.tokens_per_cta = tokens_per_cta(n_tokens);
+    const Plan p = plan(w, n_tokens);
+    a.slices = p.slices;
+    a.chunks = p.chunks;
+    a.rpc = p.rpc;
+    const dim3 grid(p.grid, static_cast<unsigned>(ceil_div(n_tokens, a.tokens_per_cta)));
+    launch(kernel, grid, dim3(p.threads), p.smem, pdl, s, a);
+  }
+
+  static std::string describe(const GpuMatrix& w, int64_t n_tokens) {
+    const Plan p = plan(w, n_tokens);
+    cudaFuncAttributes attr{};
+    CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+    return fmt::format(
+        "{} warps/tile x {} steps of {} quads, {} tiles/CTA, {} CTAs x {} threads, "
+        "{} regs",
+        p.slices, p.chunks, kQ, p.rpc, p.grid, p.threads, attr.numRegs);
+  }
+};
+
+// Calls fn.template operator()<Launch>() with the Q1Launch of variant v.
+template <class Fn>
+decltype(auto) with_variant(Q1Variant v, Fn&& fn) {
+  switch (v) {
+    case Q1Variant::kBmma2:
+      return fn(Q1Launch<BmmaMath, 2, true>{});
+    case Q1Variant::kBmma2Flat:
+      return fn(Q1Launch<BmmaMath, 2, false>{});
+    case Q1Variant::kBmma4:
+      return fn(Q1Launch<BmmaMath, 4, true>{});
+    case Q1Variant::kBmma4Flat:
+      return fn(Q1Launch<BmmaMath, 4, false>{});
+    case Q1Variant::kDp4a2:
+      break;
+  }
+  return fn(Q1Launch<Dp4aMath, 2, true>{});
 }
 
 // Bits of word t of one stored block: bit i = weight 4i+t.
@@ -383,8 +552,12 @@ const char* q1_variant_name(Q1Variant v) {
   switch (v) {
     case Q1Variant::kBmma2:
       return "bmma-q2";
+    case Q1Variant::kBmma2Flat:
+      return "bmma-q2-flat";
     case Q1Variant::kBmma4:
       return "bmma-q4";
+    case Q1Variant::kBmma4Flat:
+      return "bmma-q4-flat";
     case Q1Variant::kDp4a2:
       return "dp4a-q2";
   }
@@ -408,8 +581,8 @@ GpuMatrix upload_q1_0(const MatrixView& m, cudaStream_t s) {
         for (int lane = 0; lane < 32; ++lane) {
           const int g = lane >> 2, t = lane & 3;
           for (int pair = 0; pair < 2; ++pair) {
-            uint32_t* out = &bits[static_cast<size_t>((((tile * geo.n_quads + quad) * 2 + pair) *
-                                                       32 + lane) * 4)];
+            uint32_t* out = &bits[static_cast<size_t>(
+                (((tile * geo.n_quads + quad) * 2 + pair) * 32 + lane) * 4)];
             for (int v = 0; v < 4; ++v) {  // {g b0, g+8 b0, g b1, g+8 b1}
               const uint8_t* b = block_ptr(tile * kTileRows + g + 8 * (v & 1),
                                            quad * kQuadBlocks + 2 * pair + (v >> 1));
@@ -420,7 +593,8 @@ GpuMatrix upload_q1_0(const MatrixView& m, cudaStream_t s) {
         for (int g = 0; g < 8; ++g) {
           uint16_t* out = &scales[static_cast<size_t>(((tile * geo.n_quads + quad) * 8 + g) * 8)];
           for (int v = 0; v < 8; ++v) {  // {g b0, g+8 b0, g b1, ...}
-            const uint8_t* b = block_ptr(tile * kTileRows + g + 8 * (v & 1), quad * kQuadBlocks + v / 2);
+            const uint8_t* b =
+                block_ptr(tile * kTileRows + g + 8 * (v & 1), quad * kQuadBlocks + v / 2);
             uint16_t d = 0;
             if (b) std::memcpy(&d, b, sizeof d);
             out[v] = d;
@@ -438,7 +612,8 @@ GpuMatrix upload_q1_0(const MatrixView& m, cudaStream_t s) {
   w.n_col_tiles = geo.n_quads;
   w.codes = DeviceBuffer(bits.size() * sizeof(uint32_t));
   w.scales = DeviceBuffer(scales.size() * sizeof(uint16_t));
-  CUDA_CHECK(cudaMemcpyAsync(w.codes.get(), bits.data(), w.codes.bytes(), cudaMemcpyHostToDevice, s));
+  CUDA_CHECK(
+      cudaMemcpyAsync(w.codes.get(), bits.data(), w.codes.bytes(), cudaMemcpyHostToDevice, s));
   CUDA_CHECK(
       cudaMemcpyAsync(w.scales.get(), scales.data(), w.scales.bytes(), cudaMemcpyHostToDevice, s));
   CUDA_CHECK(cudaStreamSynchronize(s));  // the host staging vectors die here
@@ -447,7 +622,8 @@ GpuMatrix upload_q1_0(const MatrixView& m, cudaStream_t s) {
 
 size_t q1_0_workspace_bytes(int64_t n_in, int64_t n_tokens) {
   const Geometry geo = geometry(n_in);
-  return static_cast<size_t>(n_tokens * geo.n_blocks_padded) * (32 * sizeof(uint32_t) + sizeof(ActMeta));
+  return static_cast<size_t>(n_tokens * geo.n_blocks_padded) *
+         (32 * sizeof(uint32_t) + sizeof(ActMeta));
 }
 
 void q1_0_quantize(const GpuMatrix& w, const float* x, int64_t ldx, int64_t n_tokens, void* act,
@@ -468,19 +644,14 @@ void q1_0_quantize(const GpuMatrix& w, const float* x, int64_t ldx, int64_t n_to
 
 void q1_0_product(const GpuMatrix& w, const void* act, float* y, int64_t ldy, int64_t n_tokens,
                   const Q1Options& o, cudaStream_t s) {
-  if (!aligned16(act)) fail("cuda matmul q1_0 '{}': activation scratch not 16-byte aligned", w.name);
-  switch (o.variant) {
-    case Q1Variant::kBmma2:
-      launch_q1_tokens<BmmaMath, 2>(w, act, y, ldy, n_tokens, o.pdl, s);
-      break;
-    case Q1Variant::kBmma4:
-      launch_q1_tokens<BmmaMath, 4>(w, act, y, ldy, n_tokens, o.pdl, s);
-      break;
-    case Q1Variant::kDp4a2:
-      launch_q1_tokens<Dp4aMath, 2>(w, act, y, ldy, n_tokens, o.pdl, s);
-      break;
-  }
+  if (!aligned16(act))
+    fail("cuda matmul q1_0 '{}': activation scratch not 16-byte aligned", w.name);
+  with_variant(o.variant, [&](auto l) { l.run(w, act, y, ldy, n_tokens, o.pdl, s); });
   CUDA_CHECK_LAUNCH();
+}
+
+std::string q1_0_describe(const GpuMatrix& w, int64_t n_tokens, const Q1Options& o) {
+  return with_variant(o.variant, [&](auto l) { return l.describe(w, n_tokens); });
 }
 
 void matmul_q1_0(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int64_t ldy,

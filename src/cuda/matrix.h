@@ -28,7 +28,7 @@ struct MatrixView {
   quant::Type type = quant::Type::F32;
   int64_t n_in = 0;
   int64_t n_out = 0;
-  size_t row_bytes = 0;         // quant::row_bytes(type, n_in)
+  size_t row_bytes = 0;           // quant::row_bytes(type, n_in)
   const uint8_t* data = nullptr;  // host memory, n_out rows of row_bytes
 };
 

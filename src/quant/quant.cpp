@@ -348,18 +348,53 @@ float dot_row(Type t, const void* row, const float* x, int64_t n) {
   });
 }
 
+namespace {
+
+// One run of activations to int8 codes: d = amax / 127, q = round(x / d) halves away from zero.
+// Returns d. GPU kernels that quantise activations use this exact rule (IEEE division, roundf).
+float quantize_act_run(const float* x, int n, int8_t* q) {
+  const float d = max_abs(x, n) / 127.0f;
+  for (int j = 0; j < n; ++j) q[j] = d == 0.0f ? 0 : static_cast<int8_t>(std::round(x[j] / d));
+  return d;
+}
+
+void check_act_length(int64_t n, int64_t block) {
+  if (n < 0 || n % block != 0) {
+    fail("activation row of {} elements is not a multiple of the q8 block size {}", n, block);
+  }
+}
+
+}  // namespace
+
 void quantize_activations_q8(const float* x, int64_t n, BlockQ8Act* dst) {
-  if (n < 0 || n % kQ8ActBlock != 0) {
-    fail("activation row of {} elements is not a multiple of the q8 block size {}", n, kQ8ActBlock);
-  }
+  check_act_length(n, kQ8ActBlock);
   for (int64_t b = 0; b < n / kQ8ActBlock; ++b) {
-    const float* xb = x + b * kQ8ActBlock;
-    const float d = max_abs(xb, kQ8ActBlock) / 127.0f;
-    dst[b].d = d;
-    for (int j = 0; j < kQ8ActBlock; ++j) {
-      dst[b].q[j] = d == 0.0f ? 0 : static_cast<int8_t>(std::round(xb[j] / d));
-    }
+    dst[b].d = quantize_act_run(x + b * kQ8ActBlock, kQ8ActBlock, dst[b].q);
   }
+}
+
+void quantize_activations_q8_128(const float* x, int64_t n, BlockQ8Act128* dst) {
+  check_act_length(n, kQ8Act128Block);
+  for (int64_t b = 0; b < n / kQ8Act128Block; ++b) {
+    dst[b].d = quantize_act_run(x + b * kQ8Act128Block, kQ8Act128Block, dst[b].q);
+    int32_t sum = 0;
+    for (int8_t v : dst[b].q) sum += v;
+    dst[b].sum = sum;
+  }
+}
+
+float dot_row_q1_0_q8_128(const void* row, const BlockQ8Act128* x, int64_t n) {
+  row_bytes(Type::Q1_0, n);
+  static_assert(Q1_0::kElems == kQ8Act128Block);
+  double sum = 0.0;
+  for (int64_t u = 0; u < n / Q1_0::kElems; ++u) {
+    int8_t s[Q1_0::kElems];
+    const float d = Q1_0::unpack(unit_ptr<Q1_0>(row, u), s, Q1_0::kElems);
+    int32_t isum = 0;
+    for (int j = 0; j < Q1_0::kElems; ++j) isum += int32_t{s[j]} * int32_t{x[u].q[j]};
+    sum += (d * x[u].d) * static_cast<float>(isum);
+  }
+  return static_cast<float>(sum);
 }
 
 float dot_row_q8(Type t, const void* row, const BlockQ8Act* x, int64_t n) {

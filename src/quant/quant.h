@@ -49,4 +49,21 @@ void quantize_activations_q8(const float* x, int64_t n, BlockQ8Act* dst);
 // within the unit, units in double. n must be a multiple of 32 and of the type's block size.
 float dot_row_q8(Type t, const void* row, const BlockQ8Act* x, int64_t n);
 
+// Activations quantised per 128 elements for the Q1_0 GPU kernel (src/cuda/matmul_q1_0.cu):
+// one activation scale per weight block, so a block's dot is one exact integer. Same rule as
+// quantize_activations_q8 (d = amax / 127, q = round(x / d) halves away from zero), plus the
+// block's code sum, which the kernel needs for sum s_j q_j = 2 * sum_{bit_j = 1} q_j - sum q_j.
+inline constexpr int64_t kQ8Act128Block = 128;
+struct BlockQ8Act128 {
+  float d;      // amax / 127; 0 for an all-zero block
+  int32_t sum;  // sum of q
+  int8_t q[kQ8Act128Block];
+};
+// dst gets n / 128 blocks; n must be a multiple of 128.
+void quantize_activations_q8_128(const float* x, int64_t n, BlockQ8Act128* dst);
+// sum_j w[j] * x[j] for one Q1_0 row with x as quantize_activations_q8_128 left it: per block,
+// the integer dot of signs and codes (int32, exact) times (d_w * d_x) in f32; blocks summed in
+// double, rounded to f32 once. n must be a multiple of 128.
+float dot_row_q1_0_q8_128(const void* row, const BlockQ8Act128* x, int64_t n);
+
 }  // namespace gdn::quant

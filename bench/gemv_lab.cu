@@ -1,0 +1,399 @@
+// The Q1_0 GEMV lab: every variant of matmul_q1_0.cu checked against the CPU reference, then
+// timed on the Bonsai-27B shapes and the output head against two ceilings measured in the
+// same run. One binary, one run, well under two minutes on an H200 (scripts/gemv_lab.sh).
+//
+//   copy bandwidth   a 1 GiB cudaMemcpyDeviceToDevice, read + write bytes / time (median of 8)
+//   read ceiling     the best of several plain streaming-read kernels (16-byte loads, 4 in
+//                    flight per thread, SMs x k CTAs) reading the GEMV's bytes, timed like it
+//   variants         Q1Variant x PDL on/off; each: product after the quantise kernel as
+//                    matmul() runs it (2 launches) and the product kernel alone
+//
+// Every timed input set is rotated among copies totalling > 150 MB (the L2 is 60 MB). Times
+// are per matmul: inside a CUDA graph of 20 (median of replays; what the executor will see)
+// and as plain stream launches (20 back to back, median). Variants run in rotated order
+// (A B C, B C A, ...) so drift does not favour one.
+//
+// Output: a line per measurement, then the summary table last. Columns: us (graph), GB/s =
+// bytes the GEMV must read (weights as stored on the GPU + x + y) / time, %copy, %read =
+// read-ceiling time / variant time, plain-launch us, product-kernel-only us.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/parallel.h"
+#include "cuda/check.h"
+#include "cuda/device.h"
+#include "cuda/matmul.cuh"
+#include "quant/quant.h"
+
+namespace gdn::cuda {
+namespace {
+
+constexpr double kRotateBytes = 150e6;
+constexpr int kGraphLaunches = 20;
+constexpr int kReplays = 15;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Timing
+
+struct Timer {
+  cudaStream_t s;
+  cudaEvent_t a, b;
+  explicit Timer(cudaStream_t st) : s(st) {
+    CUDA_CHECK(cudaEventCreate(&a));
+    CUDA_CHECK(cudaEventCreate(&b));
+  }
+  ~Timer() {
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+  }
+  // Median per-launch microseconds of launch(i), i = 0..19, captured in one graph.
+  double graph_us(const std::function<void(int)>& launch) {
+    cudaGraph_t g;
+    cudaGraphExec_t e;
+    CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < kGraphLaunches; ++i) launch(i);
+    CUDA_CHECK(cudaStreamEndCapture(s, &g));
+    CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
+    for (int w = 0; w < 3; ++w) CUDA_CHECK(cudaGraphLaunch(e, s));
+    std::vector<double> us;
+    for (int r = 0; r < kReplays; ++r) {
+      CUDA_CHECK(cudaEventRecord(a, s));
+      CUDA_CHECK(cudaGraphLaunch(e, s));
+      CUDA_CHECK(cudaEventRecord(b, s));
+      CUDA_CHECK(cudaEventSynchronize(b));
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+      us.push_back(1e3 * ms / kGraphLaunches);
+    }
+    CUDA_CHECK(cudaGraphExecDestroy(e));
+    CUDA_CHECK(cudaGraphDestroy(g));
+    return median(us);
+  }
+  // The same, as 20 plain launches back to back.
+  double plain_us(const std::function<void(int)>& launch) {
+    for (int i = 0; i < 3; ++i) launch(i);
+    std::vector<double> us;
+    for (int r = 0; r < kReplays; ++r) {
+      CUDA_CHECK(cudaEventRecord(a, s));
+      for (int i = 0; i < kGraphLaunches; ++i) launch(i);
+      CUDA_CHECK(cudaEventRecord(b, s));
+      CUDA_CHECK(cudaEventSynchronize(b));
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+      us.push_back(1e3 * ms / kGraphLaunches);
+    }
+    return median(us);
+  }
+};
+
+double copy_bandwidth(cudaStream_t s) {
+  const size_t bytes = size_t(1) << 30;
+  DeviceBuffer src(bytes), dst(bytes);
+  CUDA_CHECK(cudaMemsetAsync(src.get(), 1, bytes, s));
+  Timer t(s);
+  std::vector<double> secs;
+  for (int r = 0; r < 10; ++r) {
+    CUDA_CHECK(cudaEventRecord(t.a, s));
+    CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice, s));
+    CUDA_CHECK(cudaEventRecord(t.b, s));
+    CUDA_CHECK(cudaEventSynchronize(t.b));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, t.a, t.b));
+    if (r >= 2) secs.push_back(ms * 1e-3);
+  }
+  return 2.0 * double(bytes) / median(secs);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The read ceiling: a plain streaming read. Grid-stride over 16-byte vectors, four independent
+// loads in flight per thread; the XOR of all data is stored only if it equals a value the data
+// never produces, so no load can be dropped and nothing is written.
+
+__global__ void read_kernel(const uint4* __restrict__ src, size_t n_vec, unsigned* sink) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  unsigned acc = 0;
+  for (; i + 3 * stride < n_vec; i += 4 * stride) {
+    const uint4 a = mm::ld_stream(src + i), b = mm::ld_stream(src + i + stride);
+    const uint4 c = mm::ld_stream(src + i + 2 * stride), d = mm::ld_stream(src + i + 3 * stride);
+    acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^
+           d.w;
+  }
+  for (; i < n_vec; i += stride) {
+    const uint4 a = mm::ld_stream(src + i);
+    acc ^= a.x ^ a.y ^ a.z ^ a.w;
+  }
+  if (acc == 0x9E3779B9u) *sink = acc;
+}
+
+struct Ceiling {
+  double us = 0;
+  std::string config;
+};
+
+// Best plain read of `bytes` over (threads, CTAs per SM) configurations, timed in a graph with
+// the buffer rotated among copies beyond L2.
+Ceiling read_ceiling(size_t bytes, cudaStream_t s, Timer& t) {
+  bytes = (bytes + 255) & ~size_t(255);
+  const int copies = static_cast<int>(std::ceil(kRotateBytes / double(bytes))) + 1;
+  DeviceBuffer buf(bytes * copies), sink(sizeof(unsigned));
+  CUDA_CHECK(cudaMemsetAsync(buf.get(), 0x5a, buf.bytes(), s));
+  Ceiling best;
+  for (int threads : {256, 512, 1024}) {
+    for (int per_sm : {1, 2, 4, 8}) {
+      if (threads * per_sm > 2048) continue;
+      const unsigned grid = static_cast<unsigned>(per_sm * mm::sm_count());
+      const double us = t.graph_us([&](int i) {
+        read_kernel<<<grid, threads, 0, s>>>(
+            reinterpret_cast<const uint4*>(buf.as<char>() + bytes * (i % copies)), bytes / 16,
+            sink.as<unsigned>());
+        CUDA_CHECK_LAUNCH();
+      });
+      if (best.us == 0 || us < best.us) {
+        best.us = us;
+        best.config = fmt::format("{}x{}", per_sm, threads);
+      }
+    }
+  }
+  return best;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Matrices and the reference
+
+// A random Q1_0 matrix: random sign bits, random positive fp16 scales (any such block is a
+// valid Q1_0 block; the op checks build theirs with quantize_row).
+std::vector<uint8_t> random_q1_0(int64_t n_in, int64_t n_out, uint64_t seed) {
+  const size_t row_bytes = quant::row_bytes(quant::Type::Q1_0, n_in);
+  std::vector<uint8_t> rows(row_bytes * static_cast<size_t>(n_out));
+  ThreadPool pool;
+  pool.parallel_for(n_out, [&](int64_t begin, int64_t end) {
+    std::mt19937_64 rng(seed + static_cast<uint64_t>(begin));
+    std::uniform_real_distribution<float> scale(0.01f, 0.05f);
+    for (int64_t r = begin; r < end; ++r) {
+      uint8_t* row = rows.data() + r * row_bytes;
+      for (int64_t b = 0; b < n_in / 128; ++b) {
+        uint8_t* blk = row + b * 18;
+        const uint16_t d = quant::f32_to_fp16(scale(rng));
+        std::memcpy(blk, &d, 2);
+        const uint64_t lo = rng(), hi = rng();
+        std::memcpy(blk + 2, &lo, 8);
+        std::memcpy(blk + 10, &hi, 8);
+      }
+    }
+  });
+  return rows;
+}
+
+std::vector<float> reference(const std::vector<uint8_t>& rows, const std::vector<float>& x,
+                             int64_t n_in, int64_t n_out) {
+  std::vector<quant::BlockQ8Act128> xq(static_cast<size_t>(n_in / 128));
+  quant::quantize_activations_q8_128(x.data(), n_in, xq.data());
+  const size_t row_bytes = quant::row_bytes(quant::Type::Q1_0, n_in);
+  std::vector<float> y(static_cast<size_t>(n_out));
+  ThreadPool pool;
+  pool.parallel_for(n_out, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      y[r] = quant::dot_row_q1_0_q8_128(rows.data() + r * row_bytes, xq.data(), n_in);
+    }
+  });
+  return y;
+}
+
+// A second GpuMatrix with the same contents (device-to-device), for rotation beyond L2.
+GpuMatrix clone(const GpuMatrix& w, cudaStream_t s) {
+  GpuMatrix c;
+  c.name = w.name;
+  c.type = w.type;
+  c.n_in = w.n_in;
+  c.n_out = w.n_out;
+  c.n_row_tiles = w.n_row_tiles;
+  c.n_col_tiles = w.n_col_tiles;
+  c.codes = DeviceBuffer(w.codes.bytes());
+  c.scales = DeviceBuffer(w.scales.bytes());
+  CUDA_CHECK(
+      cudaMemcpyAsync(c.codes.get(), w.codes.get(), w.codes.bytes(), cudaMemcpyDeviceToDevice, s));
+  CUDA_CHECK(cudaMemcpyAsync(c.scales.get(), w.scales.get(), w.scales.bytes(),
+                             cudaMemcpyDeviceToDevice, s));
+  return c;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+struct Variant {
+  mm::Q1Options o;
+  std::string name;
+};
+
+struct Row {
+  std::string shape, variant;
+  double bytes, us, plain_us, product_us, ceiling_us, err;
+  bool ok;
+};
+
+int run() {
+  CUDA_CHECK(cudaSetDevice(0));
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  fmt::print("device: {}\n", describe_device());
+  const double copy_bw = copy_bandwidth(s);
+  fmt::print("copy bandwidth: {:.0f} GB/s (read + write)\n", copy_bw / 1e9);
+  Timer timer(s);
+
+  std::vector<Variant> variants;
+  for (auto v : {mm::Q1Variant::kBmma2, mm::Q1Variant::kBmma2Flat, mm::Q1Variant::kBmma4,
+                 mm::Q1Variant::kBmma4Flat, mm::Q1Variant::kDp4a2}) {
+    for (bool pdl : {true, false}) {
+      if (!pdl && v != mm::Q1Variant::kBmma2 && v != mm::Q1Variant::kBmma2Flat) continue;
+      mm::Q1Options o;
+      o.variant = v;
+      o.pdl = pdl;
+      variants.push_back({o, fmt::format("{}{}", mm::q1_variant_name(v), pdl ? "" : " nopdl")});
+    }
+  }
+
+  const std::pair<int64_t, int64_t> shapes[] = {{5120, 10240}, {5120, 6144},  {5120, 17408},
+                                                {6144, 5120},  {17408, 5120}, {5120, 248320}};
+  std::vector<Row> rows;
+  int failures = 0;
+  for (const auto& nm : shapes) {
+    const int64_t n_in = nm.first, n_out = nm.second;
+    const std::string shape = fmt::format("{}->{}", n_in, n_out);
+    const auto host = random_q1_0(n_in, n_out, 1234 + n_out);
+    MatrixView view;
+    view.name = shape;
+    view.type = quant::Type::Q1_0;
+    view.n_in = n_in;
+    view.n_out = n_out;
+    view.row_bytes = quant::row_bytes(quant::Type::Q1_0, n_in);
+    view.data = host.data();
+    std::vector<GpuMatrix> copies;
+    copies.push_back(upload_matrix(view, s));
+    const size_t wbytes = copies[0].device_bytes();
+    const int n_copies = static_cast<int>(std::ceil(kRotateBytes / double(wbytes))) + 1;
+    while (static_cast<int>(copies.size()) < n_copies) copies.push_back(clone(copies[0], s));
+    const double bytes = double(wbytes) + 4.0 * double(n_in + n_out);
+
+    std::mt19937 rng(static_cast<uint32_t>(n_in * 31 + n_out));
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    std::vector<float> x(static_cast<size_t>(n_in));
+    for (float& v : x) v = dist(rng);
+    const std::vector<float> ref = reference(host, x, n_in, n_out);
+    double max_ref = 0;
+    for (float v : ref) max_ref = std::max(max_ref, double(std::fabs(v)));
+
+    DeviceBuffer dx(x.size() * sizeof(float)), dy(ref.size() * sizeof(float));
+    CUDA_CHECK(cudaMemcpyAsync(dx.get(), x.data(), dx.bytes(), cudaMemcpyHostToDevice, s));
+    MatmulWorkspace ws;
+    ws.reserve(n_in, 1);
+    void* act = ws.get(mm::q1_0_workspace_bytes(n_in, 1), s);
+
+    const Ceiling ceiling = read_ceiling(static_cast<size_t>(bytes), s, timer);
+    fmt::print(
+        "\n{}: {:.2f} MB, {} copies; read ceiling {:.2f} us ({:.0f} GB/s, {} CTAs/SM x "
+        "threads)\n",
+        shape, bytes / 1e6, n_copies, ceiling.us, bytes / ceiling.us / 1e3, ceiling.config);
+
+    // Correctness first: every variant against the CPU, twice (bit-identical runs).
+    std::vector<bool> ok(variants.size());
+    std::vector<double> err(variants.size());
+    for (size_t v = 0; v < variants.size(); ++v) {
+      std::vector<float> y1(ref.size()), y2(ref.size());
+      for (auto* y : {&y1, &y2}) {
+        CUDA_CHECK(cudaMemsetAsync(dy.get(), 0xff, dy.bytes(), s));
+        mm::matmul_q1_0(copies[0], dx.as<float>(), n_in, dy.as<float>(), n_out, 1, ws,
+                        variants[v].o, s);
+        CUDA_CHECK(cudaMemcpyAsync(y->data(), dy.get(), dy.bytes(), cudaMemcpyDeviceToHost, s));
+        CUDA_CHECK(cudaStreamSynchronize(s));
+      }
+      double e = 0;
+      bool finite = true;
+      for (size_t i = 0; i < ref.size(); ++i) {
+        finite = finite && std::isfinite(y1[i]);
+        e = std::max(e, double(std::fabs(y1[i] - ref[i])));
+      }
+      err[v] = finite ? e / max_ref : INFINITY;
+      const bool same = std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)) == 0;
+      ok[v] = finite && err[v] <= 2e-5 && same;
+      failures += !ok[v];
+      fmt::print("  check {:<18} max|err|/max|ref| {:.2e}  deterministic {}  {}  [{}]\n",
+                 variants[v].name, err[v], same ? "yes" : "NO", ok[v] ? "ok" : "FAIL",
+                 mm::q1_0_describe(copies[0], 1, variants[v].o));
+    }
+
+    // Timing, rotated order.
+    const size_t nv = variants.size();
+    std::vector<std::vector<double>> g_us(nv), p_us(nv), k_us(nv);
+    for (size_t round = 0; round < nv; ++round) {
+      for (size_t j = 0; j < nv; ++j) {
+        const size_t v = (round + j) % nv;
+        const auto full = [&](int i) {
+          mm::matmul_q1_0(copies[i % copies.size()], dx.as<float>(), n_in, dy.as<float>(), n_out, 1,
+                          ws, variants[v].o, s);
+        };
+        g_us[v].push_back(timer.graph_us(full));
+        p_us[v].push_back(timer.plain_us(full));
+        mm::q1_0_quantize(copies[0], dx.as<float>(), n_in, 1, act, variants[v].o.variant, s);
+        k_us[v].push_back(timer.graph_us([&](int i) {
+          mm::q1_0_product(copies[i % copies.size()], act, dy.as<float>(), n_out, 1, variants[v].o,
+                           s);
+        }));
+      }
+    }
+    for (size_t v = 0; v < nv; ++v) {
+      Row r{shape,      variants[v].name, bytes, median(g_us[v]), median(p_us[v]), median(k_us[v]),
+            ceiling.us, err[v],           ok[v]};
+      fmt::print(
+          "  time  {:<18} graph {:8.2f} us  {:6.0f} GB/s  {:5.1f}% copy  {:5.1f}% read | "
+          "plain {:8.2f} us | product only {:8.2f} us (spread {:.2f}-{:.2f})\n",
+          r.variant, r.us, bytes / r.us / 1e3, 100 * bytes / r.us / 1e-6 / copy_bw,
+          100 * ceiling.us / r.us, r.plain_us, r.product_us,
+          *std::min_element(g_us[v].begin(), g_us[v].end()),
+          *std::max_element(g_us[v].begin(), g_us[v].end()));
+      rows.push_back(r);
+    }
+  }
+
+  fmt::print(
+      "\n== summary (copy {:.0f} GB/s; us per matmul inside a graph of {}; targets: head "
+      ">= 80% copy, layers >= 85% read) ==\n",
+      copy_bw / 1e9, kGraphLaunches);
+  fmt::print("{:<14} {:<18} {:>7} {:>8} {:>7} {:>6} {:>6} {:>8} {:>8} {:>8} {}\n", "shape",
+             "variant", "MB", "us", "GB/s", "%copy", "%read", "plain", "product", "ceil-us",
+             "check");
+  for (const Row& r : rows) {
+    fmt::print(
+        "{:<14} {:<18} {:>7.2f} {:>8.2f} {:>7.0f} {:>5.1f}% {:>5.1f}% {:>8.2f} {:>8.2f} "
+        "{:>8.2f} {}\n",
+        r.shape, r.variant, r.bytes / 1e6, r.us, r.bytes / r.us / 1e3,
+        100 * r.bytes / r.us / 1e-6 / copy_bw, 100 * r.ceiling_us / r.us, r.plain_us, r.product_us,
+        r.ceiling_us, r.ok ? "ok" : fmt::format("FAIL {:.1e}", r.err));
+  }
+  fmt::print("{} variant checks failed\n", failures);
+  CUDA_CHECK(cudaStreamDestroy(s));
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace gdn::cuda
+
+int main() {
+  try {
+    return gdn::cuda::run();
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "gemv_lab: {}\n", e.what());
+    return 2;
+  }
+}

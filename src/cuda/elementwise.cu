@@ -11,7 +11,9 @@
 // stride a multiple of 4 floats, whole float4s per row — and 4-byte otherwise. Views are
 // column ranges of wider buffers (q | k | v inside the conv output), so neither can be
 // assumed; both paths are coalesced across the warp. The choice is made per launch on the
-// host from the actual pointers.
+// host from the actual pointers. Measured (H200, 2026-11-30, gdn ops --perf): every decode
+// shape runs in 1.4–1.7 µs, the same as a plain read kernel of its size (launch-bound); the
+// 3 MB copy_state 3.7 µs (88% of the read ceiling) with 4 vectors per thread in flight.
 //
 // Arithmetic is the CPU reference's, in the same order and in f32: the only differences come
 // from expf/log1pf (a few ulp from glibc's). Copies and the embedding gather are exact.

@@ -10,8 +10,10 @@
 // separate the passes), so y may alias x (the decode program normalises q, k and o in place).
 //
 // Loads are 4-byte and coalesced rather than 16-byte: views start at any column (per-head
-// chunks of a wider buffer), and a decode row is 20 KB, so launch latency, not bandwidth,
-// bounds this kernel.
+// chunks of a wider buffer), and a decode row is 20 KB, so latency, not bandwidth, bounds
+// this kernel. Measured (H200, 2026-11-30, gdn ops --perf): a 5120 row 2.6 µs, Bonsai's
+// 48-head ssm_norm 1.8 µs (54% and 92% of the same-size read ceiling), against 3.8 and 3.0 µs
+// with a load-add loop (one latency per element) and w loaded after the reduction.
 //
 // Precision: the CPU sums the squares in double. Here each thread's ~chunk/threads squares
 // and the log2(threads) levels of the tree round in f32: relative error of the sum at most

@@ -18,12 +18,19 @@
 // Each lane then holds 2 rows x 2 planes and finishes its share of the block with
 //     I = c0*W0 + c1*W1 - [t == 0] * sum q   (2 IMAD per row, W = 2 w_p folds the factor 2)
 //     acc += float(I) * (d_w * d_x)            (HADD2.F32 + FMUL + I2F + FFMA per row)
-// so 2048 weights cost the warp ~13 instructions: ~0.2 thread-instructions per weight, a fifth
-// of the budget. Lanes t = 0..3 of a row are summed once per row tile by two shuffles.
+// plus two activation loads (plane word, {d_x, sum}): ~16 per block, ~19-20 per block with the
+// 16-byte weight loads and the loop (SASS of the sm_90a cubin, nvcc 13.0: 1 BMMA, ~5 IMAD,
+// 2 HADD2.F32, 2 FMUL, 2 I2F, 2 FFMA, 2.75 LDG per block), so 2048 weights cost the warp ~20
+// instructions: ~0.3 thread-instructions per weight, a third of the budget. Lanes t = 0..3 of
+// a row are summed once per row tile by two shuffles.
 //
 // Variant dp4a (no tensor cores; kept in the lab as the fallback): the same weight layout with
 // the codes rearranged so that (w >> k) & 0x01010101 selects four weights whose codes sit in one
-// int8x4 word: SHF + LOP + DP4A per 4 weights per row, ~0.8 thread-instructions per weight.
+// int8x4 word: SHF + LOP + DP4A per 4 weights per row, ~58 SASS instructions per 16 x 128
+// block, ~0.9 thread-instructions per weight: at the budget, so it cannot reach bandwidth.
+//
+// Registers (ptxas -v, sm_90a, no spills): bmma-q2 96 (prefetch) / 70 (flat), bmma-q4 152 / 114,
+// dp4a-q2 91; the quantise kernel 26.
 //
 // Weight layout (repacked at upload, 1.125 bits per weight as in the file):
 //   row tile = 16 rows (the mma's m), quad = 4 blocks = 512 weights (padded with zero blocks).

@@ -117,11 +117,10 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(GdnArgs a) {
   }
 
   // Zero padding (entries past d, columns past d) in every slot; ordered before any read by
-  // the first B1. The copies never touch these entries.
+  // the first B1. Exactly the entries no copy writes, so no plain store races an async one.
   for (int slot = 0; slot < kStages; ++slot) {
-    s_q[slot][threadIdx.x] = 0.0f;
-    s_k[slot][threadIdx.x] = 0.0f;
-    if (threadIdx.x < kCols) s_v[slot][threadIdx.x] = 0.0f;
+    if (threadIdx.x >= d) s_q[slot][threadIdx.x] = s_k[slot][threadIdx.x] = 0.0f;
+    if (threadIdx.x < kCols && col0 + int(threadIdx.x) >= d) s_v[slot][threadIdx.x] = 0.0f;
   }
   const int64_t T = a.out.rows;
   const auto stage = [&](int64_t t) {

@@ -6,8 +6,9 @@
 // Conventions shared by all of them:
 //   * DevRows is a strided f32 view like cpu::Rows: rows × cols, row stride ld (floats),
 //     usually a column range of a wider buffer, so data need not be 16-byte aligned.
-//   * An output may alias its input exactly (same data and ld: in-place ops of the decode
-//     program such as silu(conv) → conv); partially overlapping views are not supported.
+//   * Element-wise ops, norms and rope may run in place (output = input, same data and ld:
+//     the decode program's silu(conv) → conv); conv_step and gdn_recurrence may not, and
+//     partially overlapping views are never supported.
 //   * Cache and state layouts are the CPU executor's: K/V cache [n_ctx][Hkv·D] per layer,
 //     GDN state [Hv][dk][dv] (S[i][j]: key dim i, value dim j), conv history [K-1][C] oldest
 //     first.
@@ -90,7 +91,8 @@ void kv_store(DevRows k, DevRows v, float* k_cache, float* v_cache, int64_t kv_d
               cudaStream_t s);
 
 // Causal depthwise conv over the T rows of x (tap K-1 multiplies the current row); `state`
-// [K-1][C] holds the previous K-1 inputs, oldest first, and is advanced in place. w is [C][K].
+// [K-1][C] holds the previous K-1 inputs, oldest first, and is advanced in place. w is [C][K],
+// K <= 8. x and y must not overlap.
 void conv_step(DevRows x, DevRows y, const float* w, int64_t kernel, float* state, cudaStream_t s);
 
 // Gated delta rule over the T rows, value head h using key head h % Hk. q, k: [T][Hk·d]

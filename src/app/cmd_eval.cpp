@@ -97,6 +97,9 @@ int run_eval(const EvalArgs& a) {
     runtime::ExecutorOptions eo;
     eo.n_threads = a.model.threads;
     eo.n_ctx = a.model.n_ctx;
+    // Against the GPU, the CPU uses the GPU's activation arithmetic (like for like).
+    eo.q8_activations = ex.name() == "cuda" && runtime::resolve_backend(a.compare) == "cpu";
+    if (eo.q8_activations) fmt::print(stderr, "cpu reference: Q1_0 products on int8 activations\n");
     auto other = runtime::make_executor(a.compare, *lm.model, eo);
     compare_backends(all, logits_for(*other, ids, a.mode), V, ex.name(), other->name());
   }

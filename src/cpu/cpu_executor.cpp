@@ -107,7 +107,7 @@ void CpuExecutor::step(const model::Step& s, const model::Program& p, const int3
       return;
     }
     case Op::MatMul:
-      mat_mul(*s.w, in(0), view(p, s.out), pool_);
+      mat_mul(*s.w, in(0), view(p, s.out), pool_, opts_.q8_activations);
       return;
     case Op::Add:
       binary(Binary::Add, in(0), in(0), view(p, s.out));

@@ -34,10 +34,26 @@ void l2_norm(Rows x, Rows y, int64_t chunk, float eps) {
   }
 }
 
-void mat_mul(const model::Matrix& w, Rows x, Rows y, ThreadPool& pool) {
+void mat_mul(const model::Matrix& w, Rows x, Rows y, ThreadPool& pool, bool q8_activations) {
   if (x.cols != w.n_in || y.cols != w.n_out || x.rows != y.rows) {
     fail("mat_mul {}: weight {}x{} with input [{}x{}] and output [{}x{}]", w.name, w.n_in, w.n_out,
          x.rows, x.cols, y.rows, y.cols);
+  }
+  if (q8_activations && w.type == quant::Type::Q1_0) {
+    std::vector<quant::BlockQ8Act128> xq(
+        static_cast<size_t>(x.rows * w.n_in / quant::kQ8Act128Block));
+    const int64_t blocks = w.n_in / quant::kQ8Act128Block;
+    for (int64_t t = 0; t < x.rows; ++t) {
+      quant::quantize_activations_q8_128(x.row(t), w.n_in, xq.data() + t * blocks);
+    }
+    pool.parallel_for(w.n_out, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t t = 0; t < x.rows; ++t) {
+          y.row(t)[r] = quant::dot_row_q1_0_q8_128(w.row(r), xq.data() + t * blocks, w.n_in);
+        }
+      }
+    });
+    return;
   }
   pool.parallel_for(w.n_out, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {

@@ -20,8 +20,9 @@ struct Rows {
 void rms_norm(Rows x, Rows y, const float* w, int64_t chunk, float eps);
 // y = x·rsqrt(Σx² + eps) per chunk of `chunk` columns.
 void l2_norm(Rows x, Rows y, int64_t chunk, float eps);
-// y[t] = W·x[t], rows of W split over the pool.
-void mat_mul(const model::Matrix& w, Rows x, Rows y, ThreadPool& pool);
+// y[t] = W·x[t], rows of W split over the pool. With q8_activations, Q1_0 rows meet x
+// quantised to int8 per 128 elements (quant::dot_row_q1_0_q8_128), as the CUDA GEMV does.
+void mat_mul(const model::Matrix& w, Rows x, Rows y, ThreadPool& pool, bool q8_activations = false);
 // Row t of the embedding table, dequantised.
 void embed(const model::Matrix& table, const int32_t* ids, Rows y);
 

@@ -13,6 +13,9 @@ struct ExecutorOptions {
   int n_slots = 1;       // sequences held at once
   int64_t n_ctx = 4096;  // KV cache positions per slot
   int n_threads = 0;     // CPU threads (0: all)
+  // CPU only: compute Q1_0 products on activations quantised to int8 per 128 elements, the
+  // arithmetic of the CUDA Q1_0 GEMV, so the two backends can be compared like for like.
+  bool q8_activations = false;
 };
 
 class Executor {

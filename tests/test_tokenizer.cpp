@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/ids.h"
 #include "text/bpe.h"
 #include "text/pretokenize.h"
 #include "text/tokenizer.h"
@@ -160,11 +161,6 @@ TEST(Tokenizer, RejectsInconsistentVocabularies) {
   VocabSpec bad_id = tiny_vocab({});
   bad_id.eos = 100000;
   EXPECT_THROW(Tokenizer{bad_id}, Error);
-}
-
-TEST(Tokenizer, FormatIds) {
-  EXPECT_EQ(format_ids(std::vector<int32_t>{9707, 1879}), "[9707, 1879]");
-  EXPECT_EQ(format_ids(std::vector<int32_t>{}), "[]");
 }
 
 // --- The real vocabulary -------------------------------------------------------------------

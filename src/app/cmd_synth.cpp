@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "app/commands.h"
+#include "app/model_source.h"
 #include "gguf/gguf.h"
 #include "synth/synth.h"
 
@@ -18,17 +19,15 @@ struct SynthArgs {
   std::string out;
   uint64_t seed = 1;
   bool tied = false;
+  std::string vocab;
 };
 
 int run_synth(const SynthArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
-  const model::HParams hp = synth::preset(a.preset);
-  synth::Options opts;
-  opts.type = quant::parse_type(a.type);
-  opts.seed = a.seed;
+  synth::Options opts = synth_options(a.type, a.seed, a.vocab, a.out);
   opts.tied_output = a.tied;
   gguf::Writer w;
-  synth::add_model(w, hp, opts);
+  const model::HParams hp = synth::add_model(w, synth::preset(a.preset), opts);
   w.write(a.out);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double gib = double(std::filesystem::file_size(a.out)) / (1024.0 * 1024.0 * 1024.0);
@@ -45,6 +44,8 @@ Run add_synth(CLI::App& app) {
   app.add_option("-o,--out", a->out, "output GGUF path")->required();
   app.add_option("--seed", a->seed, "random seed");
   app.add_flag("--tied", a->tied, "omit output.weight (tied to token_embd)");
+  app.add_option("--vocab", a->vocab,
+                 "copy the tokenizer of this GGUF (a vocabulary-only file works); n_vocab follows");
   return [a] { return run_synth(*a); };
 }
 

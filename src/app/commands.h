@@ -15,5 +15,7 @@ Run add_synth(CLI::App& app);
 Run add_convert(CLI::App& app);
 Run add_bench(CLI::App& app);
 Run add_ops(CLI::App& app);
+Run add_run(CLI::App& app);
+Run add_tokenize(CLI::App& app);
 
 }  // namespace gdn::app

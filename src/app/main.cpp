@@ -13,6 +13,8 @@ int main(int argc, char** argv) {
     CLI::App* sub = app.add_subcommand(name, help);
     runs[sub] = reg(*sub);
   };
+  add("run", "generate text from a prompt, or chat", gdn::app::add_run);
+  add("tokenize", "print the token ids of a text", gdn::app::add_tokenize);
   add("eval", "run token ids through a model and print or dump logits", gdn::app::add_eval);
   add("synth", "write a random-weight qwen35 model", gdn::app::add_synth);
   add("convert", "convert a HuggingFace Qwen3.5 checkpoint to GGUF", gdn::app::add_convert);

@@ -79,6 +79,16 @@ void fill_row(const TensorSpec& spec, Rng& rng, float* row, int64_t n) {
   }
 }
 
+// Copies the tokenizer.* keys; returns the token count.
+int64_t copy_tokenizer(const gguf::Metadata& from, gguf::Metadata& to) {
+  if (!from.has("tokenizer.ggml.tokens"))
+    fail("the vocabulary source has no tokenizer.ggml.tokens");
+  for (const auto& [key, value] : from.all()) {
+    if (key.starts_with("tokenizer.")) to.set(key, value);
+  }
+  return static_cast<int64_t>(from.get_array("tokenizer.ggml.tokens").items.size());
+}
+
 }  // namespace
 
 model::HParams preset(const std::string& name) {
@@ -108,11 +118,18 @@ quant::Type storage_type(TensorKind kind, quant::Type type) {
   return quant::Type::F32;
 }
 
-void add_model(gguf::Writer& w, const HParams& hp, const Options& opts) {
+HParams add_model(gguf::Writer& w, const HParams& shape, const Options& opts) {
+  HParams hp = shape;
+  if (opts.tokenizer) hp.n_vocab = copy_tokenizer(*opts.tokenizer, w.meta());
   hp.validate();
   hp.to_gguf(w.meta());
   w.meta().set("general.name", gguf::Value::str("gdn synthetic qwen35"));
   auto pool = std::make_shared<ThreadPool>();
+  // The writer runs the fillers later, one at a time, once every tensor is declared.
+  struct Bytes {
+    uint64_t done = 0, total = 0;
+  };
+  auto bytes = std::make_shared<Bytes>();
   for (const TensorSpec& spec : model::tensor_specs(hp)) {
     if (!spec.required && !(spec.name == "output.weight" && !opts.tied_output)) continue;
     const quant::Type type = storage_type(spec.kind, opts.type);
@@ -121,7 +138,8 @@ void add_model(gguf::Writer& w, const HParams& hp, const Options& opts) {
     for (size_t i = 1; i < spec.ne.size(); ++i) n_rows *= spec.ne[i];
     const size_t row_bytes = quant::row_bytes(type, n_in);
     const uint64_t seed = hash_name(spec.name, opts.seed);
-    w.add_tensor(spec.name, type, spec.ne, [=](std::span<uint8_t> out) {
+    bytes->total += row_bytes * static_cast<uint64_t>(n_rows);
+    w.add_tensor(spec.name, type, spec.ne, [=, progress = opts.progress](std::span<uint8_t> out) {
       pool->parallel_for(n_rows, [&](int64_t r0, int64_t r1) {
         std::vector<float> row(static_cast<size_t>(n_in));
         for (int64_t r = r0; r < r1; ++r) {
@@ -130,8 +148,11 @@ void add_model(gguf::Writer& w, const HParams& hp, const Options& opts) {
           quant::quantize_row(type, row.data(), out.data() + r * row_bytes, n_in);
         }
       });
+      bytes->done += out.size();
+      if (progress) progress(bytes->done, bytes->total);
     });
   }
+  return hp;
 }
 
 std::unique_ptr<InMemory> make_in_memory(const HParams& hp, const Options& opts) {

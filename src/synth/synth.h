@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,13 +26,20 @@ struct Options {
   quant::Type type = quant::Type::Q8_0;  // matrices; ssm_alpha/beta BF16 when quantised
   uint64_t seed = 1;
   bool tied_output = false;
+  // A tokenizer to embed (the tokenizer.* keys of, e.g., a vocabulary-only GGUF): the model's
+  // n_vocab becomes its token count, so every id it encodes has an embedding row and a logit.
+  std::shared_ptr<const gguf::Metadata> tokenizer;
+  // Called after each tensor is generated (when the GGUF is written or built in memory, not
+  // when it is declared): bytes generated so far and bytes in all.
+  std::function<void(uint64_t done, uint64_t total)> progress;
 };
 
 // Storage type of a tensor of the given kind under `type` (the rule Bonsai files follow).
 quant::Type storage_type(model::TensorKind kind, quant::Type type);
 
 // Adds metadata and every tensor (filled lazily, deterministic per tensor name and seed).
-void add_model(gguf::Writer& w, const model::HParams& hp, const Options& opts);
+// Returns the hyper-parameters written: hp, with n_vocab from opts.tokenizer when given.
+model::HParams add_model(gguf::Writer& w, const model::HParams& hp, const Options& opts);
 
 // A synthetic model living in memory (the GGUF bytes and the model bound to them).
 struct InMemory {

@@ -1,7 +1,5 @@
 #include "text/tokenizer.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <unordered_map>
@@ -242,10 +240,6 @@ std::string StreamDecoder::push(int32_t id) {
 
 std::string StreamDecoder::flush() {
   return std::exchange(pending_, {});
-}
-
-std::string format_ids(std::span<const int32_t> ids) {
-  return fmt::format("[{}]", fmt::join(ids, ", "));
 }
 
 }  // namespace gdn::text

@@ -106,7 +106,4 @@ class StreamDecoder {
   std::string pending_;
 };
 
-// "[9707, 1879]": ids as the `gdn tokenize` command prints them (llama-tokenize --ids style).
-std::string format_ids(std::span<const int32_t> ids);
-
 }  // namespace gdn::text

@@ -6,8 +6,18 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/gdn-device}
 mkdir -p "$out"
+# Binaries: build-cuda/ when built there, else the stripped ones carried in .carry/bins.tar.xz.
 bin=build-cuda
+if [ -f .carry/bins.tar.xz ]; then
+  mkdir -p /tmp/gdn-bin && tar xJf .carry/bins.tar.xz -C /tmp/gdn-bin
+  mkdir -p /tmp/gdn-bin/src/app /tmp/gdn-bin/tests /tmp/gdn-bin/bench
+  ln -sf ../../gdn /tmp/gdn-bin/src/app/gdn
+  ln -sf ../test_cuda_backend /tmp/gdn-bin/tests/test_cuda_backend
+  ln -sf ../gemv_lab /tmp/gdn-bin/bench/gemv_lab
+  bin=/tmp/gdn-bin
+fi
 steps=("$@")
+export GDN_SOURCE_DIR=$PWD
 [ ${#steps[@]} -gt 0 ] || steps=(ops tests lab bench)
 summary=()
 

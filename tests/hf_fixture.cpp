@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -28,7 +29,10 @@ std::vector<float> read_f32(const std::string& path) {
 HfFixture load_fixture(const std::string& name) {
   HfFixture fx;
   fx.name = name;
-  fx.dir = std::string(GDN_SOURCE_DIR) + "/tests/fixtures/" + name;
+  // GDN_SOURCE_DIR in the environment wins: binaries built here also run from another checkout
+  // (the GPU machine's copy of the tree).
+  const char* root = std::getenv("GDN_SOURCE_DIR");
+  fx.dir = std::string(root ? root : GDN_SOURCE_DIR) + "/tests/fixtures/" + name;
   std::ifstream f(fx.dir + "/reference.json");
   if (!f) fail("missing fixture {}/reference.json", fx.dir);
   const nlohmann::json ref = nlohmann::json::parse(f);

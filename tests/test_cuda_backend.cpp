@@ -83,20 +83,31 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CudaHf, ::testing::Values("hf_tiny_gqa3", "hf
 class CudaSynthetic : public ::testing::TestWithParam<quant::Type> {};
 
 // Every weight format through the whole model, teacher-forced: both backends see the same ids.
+// Float and block formats other than Q1_0 use f32 activations on both sides: they differ only
+// in summation order (measured <= 4e-6). The Q1_0 GEMV quantises activations to int8 per 128
+// (error up to 1/254 of a block's max per element, measured 4.7e-2 through the tiny model
+// against exact f32 products), so it is held tightly against the CPU running the same
+// int8 arithmetic and loosely against exact products.
 TEST_P(CudaSynthetic, TinyModelTracksCpu) {
   REQUIRE_GPU();
   synth::Options o;
   o.type = GetParam();
   auto mem = synth::make_in_memory(synth::preset("tiny"), o);
-  cpu::CpuExecutor cpu_ex(mem->model, kOpts);
+  const bool q1 = GetParam() == quant::Type::Q1_0;
+  runtime::ExecutorOptions like = kOpts;
+  like.q8_activations = q1;
+  cpu::CpuExecutor cpu_ex(mem->model, like), exact(mem->model, kOpts);
   cuda::CudaExecutor gpu_ex(mem->model, kOpts);
   const std::vector<int32_t> ids = {3, 1999, 17, 512, 4, 4, 1024, 77, 1500, 9, 600, 31};
-  const double pre = rel_max_diff(run_prefill(gpu_ex, ids), run_prefill(cpu_ex, ids));
-  const double dec = rel_max_diff(run_decode(gpu_ex, ids), run_decode(cpu_ex, ids));
-  std::printf("tiny %s cuda vs cpu: prefill %.3g, decode %.3g\n",
-              std::string(quant::type_info(GetParam()).name).c_str(), pre, dec);
-  EXPECT_LE(pre, 2e-2);
-  EXPECT_LE(dec, 2e-2);
+  const std::vector<float> gpu_pre = run_prefill(gpu_ex, ids), gpu_dec = run_decode(gpu_ex, ids);
+  const double pre = rel_max_diff(gpu_pre, run_prefill(cpu_ex, ids));
+  const double dec = rel_max_diff(gpu_dec, run_decode(cpu_ex, ids));
+  const double vs_exact = rel_max_diff(gpu_dec, run_decode(exact, ids));
+  std::printf("tiny %s cuda vs cpu (same arithmetic): prefill %.3g, decode %.3g; vs exact %.3g\n",
+              std::string(quant::type_info(GetParam()).name).c_str(), pre, dec, vs_exact);
+  EXPECT_LE(pre, q1 ? 2e-3 : 1e-4);
+  EXPECT_LE(dec, q1 ? 2e-3 : 1e-4);
+  EXPECT_LE(vs_exact, q1 ? 0.1 : 1e-4);
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, CudaSynthetic,

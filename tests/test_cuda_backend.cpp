@@ -118,6 +118,22 @@ INSTANTIATE_TEST_SUITE_P(Types, CudaSynthetic,
                            return std::string(quant::type_info(info.param).name);
                          });
 
+// Graph replay runs the same kernels with the same launch shapes as host launches: the
+// logits must be bit-identical, for prefill and for every decode step.
+TEST(CudaGraphs, ReplayIsBitIdenticalToHostLaunches) {
+  REQUIRE_GPU();
+  synth::Options o;
+  o.type = quant::Type::Q1_0;
+  auto mem = synth::make_in_memory(synth::preset("tiny"), o);
+  runtime::ExecutorOptions plain = kOpts;
+  plain.cuda_graphs = false;
+  cuda::CudaExecutor with(mem->model, kOpts), without(mem->model, plain);
+  const std::vector<int32_t> ids = {3, 1999, 17, 512, 4, 4, 1024, 77, 1500, 9, 600, 31};
+  EXPECT_EQ(run_prefill(with, ids), run_prefill(without, ids));
+  EXPECT_EQ(run_decode(with, ids), run_decode(without, ids));
+  EXPECT_EQ(with.last_dispatches(), without.last_dispatches());
+}
+
 TEST(CudaSlots, SnapshotAndRollbackMatchCpu) {
   REQUIRE_GPU();
   auto mem = synth::make_in_memory(synth::preset("tiny"), {});

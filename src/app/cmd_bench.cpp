@@ -75,8 +75,10 @@ int run_bench(const BenchArgs& a) {
   const std::string backend = runtime::resolve_backend(a.model.backend);
   LoadedModel lm = load_model(a.model, backend == "cuda" ? "bonsai-27b" : "tiny");
   const double roofline_bw = runtime::roofline_bandwidth(backend);
-  fmt::print(stderr, "{} on {}\n{}\n", lm.label,
-             runtime::describe_backend(backend, a.model.threads), lm.model->hp.summary());
+  fmt::print(stderr, "{} on {}{}\n{}\n", lm.label,
+             runtime::describe_backend(backend, a.model.threads),
+             backend == "cuda" ? (a.model.graphs ? ", CUDA graphs on" : ", CUDA graphs off") : "",
+             lm.model->hp.summary());
   runtime::Executor& ex = *lm.exec;
   const int64_t V = lm.model->hp.n_vocab;
   std::vector<Test> tests;

@@ -58,7 +58,9 @@ using detail::row_ptr;
 constexpr int kRopeThreads = 256;
 
 __global__ void __launch_bounds__(kRopeThreads)
-    rope_kernel(DevRows x, int head_dim, int n_rot, int n_head, float theta, int64_t pos0) {
+    rope_kernel(DevRows x, int head_dim, int n_rot, int n_head, float theta, int64_t pos_host,
+                const int32_t* pos_dev) {
+  const int64_t pos0 = pos_dev ? *pos_dev : pos_host;
   const int half = n_rot / 2;
   const int64_t per_row = int64_t(n_head) * half, n = x.rows * per_row;
   for (int64_t p = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; p < n;
@@ -91,7 +93,8 @@ struct AttnArgs {
   const float* v_cache;
   int n_head, group, head_dim, kv_dim;
   int64_t pos0;
-  float scale;  // 1/√D
+  const int32_t* pos_dev;  // if set, the position is read here at run time (graphs)
+  float scale;             // 1/√D
 };
 
 // Merges n partial softmax states (m_i, l_i, o_i): with M = max m_i (finite: some part holds
@@ -127,7 +130,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a) {
   const int h = static_cast<int>(pair % a.n_head), kvh = h / a.group;
   const int D = a.head_dim;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t n_kv = a.pos0 + t + 1;  // causal: positions 0 .. pos0 + t
+  const int64_t n_kv = (a.pos_dev ? *a.pos_dev : a.pos0) + t + 1;  // causal: 0 .. pos0 + t
 
   const float* qh = row_ptr(a.q, t) + int64_t(h) * D;
   float qr[kDims], o[kDims];
@@ -236,7 +239,8 @@ void launch_attention(const AttnArgs& a, int64_t rows, int split, cudaStream_t s
 
 }  // namespace
 
-void rope(DevRows x, int64_t head_dim, int64_t n_rot, float theta, int64_t pos0, cudaStream_t s) {
+void rope(DevRows x, int64_t head_dim, int64_t n_rot, float theta, Pos pos, cudaStream_t s) {
+  const int64_t pos0 = pos.host;
   detail::check_view("rope", "x", x);
   if (head_dim <= 0 || x.cols % head_dim != 0 || n_rot <= 0 || n_rot % 2 != 0 || n_rot > head_dim ||
       pos0 < 0 || !(theta > 0.0f)) {
@@ -248,12 +252,15 @@ void rope(DevRows x, int64_t head_dim, int64_t n_rot, float theta, int64_t pos0,
       std::min<int64_t>(detail::ceil_div(pairs, kRopeThreads), 32 * detail::sm_count()));
   rope_kernel<<<blocks, kRopeThreads, 0, s>>>(x, static_cast<int>(head_dim),
                                               static_cast<int>(n_rot), static_cast<int>(n_head),
-                                              theta, pos0);
+                                              theta, pos0, pos.device);
   CUDA_CHECK_LAUNCH();
 }
 
 void attention(DevRows q, const float* k_cache, const float* v_cache, DevRows out, int64_t n_head,
-               int64_t n_head_kv, int64_t head_dim, int64_t pos0, cudaStream_t s) {
+               int64_t n_head_kv, int64_t head_dim, Pos pos, cudaStream_t s) {
+  // The split is sized by pos.plan() (the bound when given); CTAs whose share of keys is
+  // empty merge as empty parts.
+  const int64_t pos0 = pos.host;
   detail::check_view("attention", "q", q);
   detail::check_view("attention", "out", out);
   detail::check_same_shape("attention", q, "q", out, "out");
@@ -274,10 +281,11 @@ void attention(DevRows q, const float* k_cache, const float* v_cache, DevRows ou
                    static_cast<int>(head_dim),
                    static_cast<int>(n_head_kv * head_dim),
                    pos0,
+                   pos.device,
                    static_cast<float>(1.0 / std::sqrt(double(head_dim)))};
   // The key split: doubled while the grid is under two CTAs per SM and every CTA keeps at
   // least kMinSplitKeys of the longest row's keys.
-  const int64_t pairs = q.rows * n_head, max_kv = pos0 + q.rows;
+  const int64_t pairs = q.rows * n_head, max_kv = pos.plan() + q.rows;
   const int64_t min_ctas = 2 * int64_t(detail::sm_count());
   int split = 1;
   while (split < kMaxSplit && pairs * split < min_ctas && max_kv >= 2 * split * kMinSplitKeys) {

@@ -14,12 +14,14 @@ CudaExecutor::CudaExecutor(const model::Model& model, const runtime::ExecutorOpt
   if (opts.n_slots <= 0) fail("cuda executor: n_slots must be positive, got {}", opts.n_slots);
   if (opts.n_ctx <= 0) fail("cuda executor: n_ctx must be positive, got {}", opts.n_ctx);
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  pos_dev_ = DeviceBuffer(sizeof(int32_t));
   upload_weights();
   slots_.resize(static_cast<size_t>(opts.n_slots));
   for (int s = 0; s < opts.n_slots; ++s) reset_slot(s);
 }
 
 CudaExecutor::~CudaExecutor() {
+  for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g.exec);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -29,6 +31,7 @@ void CudaExecutor::upload_weights() {
   auto add_matrix = [&](const model::Matrix& m) {
     if (!m || matrices_.count(&m)) return;
     GpuMatrix g = upload_matrix(m, stream_);
+    max_n_in_ = std::max(max_n_in_, m.n_in);
     weight_bytes_ += g.device_bytes();
     matrices_.emplace(&m, std::move(g));
   };
@@ -144,7 +147,11 @@ void CudaExecutor::forward(std::span<const int32_t> ids, int slot, bool all_logi
   }
   ProgramMem& pm = program(T, all_logits);
   int64_t dispatches = 0;
-  for (const model::Step& st : pm.program->steps) dispatches += step(st, pm, ids, s);
+  if (opts_.cuda_graphs) {
+    dispatches = run_graph(pm, T, all_logits, slot, ids, s);
+  } else {
+    for (const model::Step& st : pm.program->steps) dispatches += step(st, pm, ids, s);
+  }
   const model::BufferSpec& out = pm.program->buffers[static_cast<size_t>(pm.program->logits)];
   logits.resize(static_cast<size_t>(out.rows * out.cols));
   CUDA_CHECK(cudaMemcpyAsync(logits.data(),
@@ -153,6 +160,53 @@ void CudaExecutor::forward(std::span<const int32_t> ids, int slot, bool all_logi
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   s.n_past += T;
   last_dispatches_ = dispatches;
+}
+
+// The embedding gather (host work) runs first; the rest of the program is replayed from a
+// graph captured on first use, with the position copied to device memory before each replay.
+int64_t CudaExecutor::run_graph(ProgramMem& pm, int64_t T, bool all_logits, int slot,
+                                std::span<const int32_t> ids, Slot& s) {
+  const std::vector<model::Step>& steps = pm.program->steps;
+  if (steps.empty() || steps.front().op != Op::Embed) {
+    fail("cuda graphs: the program must start with its embedding step");
+  }
+  int64_t dispatches = step(steps.front(), pm, ids, s);
+  pos_host_ = static_cast<int32_t>(s.n_past);
+  CUDA_CHECK(cudaMemcpyAsync(pos_dev_.get(), &pos_host_, sizeof(int32_t), cudaMemcpyHostToDevice,
+                             stream_));
+  Graph& g = graphs_[{T, all_logits, slot}];
+  if (!g.exec) {
+    workspace_.reserve(max_n_in_, T);
+    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    capturing_ = true;
+    int64_t captured = 0;
+    try {
+      for (size_t i = 1; i < steps.size(); ++i) captured += step(steps[i], pm, ids, s);
+    } catch (...) {
+      capturing_ = false;
+      cudaGraph_t broken = nullptr;
+      cudaStreamEndCapture(stream_, &broken);
+      if (broken) cudaGraphDestroy(broken);
+      throw;
+    }
+    capturing_ = false;
+    cudaGraph_t graph = nullptr;
+    CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    const cudaError_t err = cudaGraphInstantiate(&g.exec, graph, 0);
+    cudaGraphDestroy(graph);
+    CUDA_CHECK(err);
+    g.dispatches = captured;
+  }
+  CUDA_CHECK(cudaGraphLaunch(g.exec, stream_));
+  return dispatches + g.dispatches;
+}
+
+// Inside a graph the position comes from device memory. Both paths size their launches by
+// the context's bound, so graph replay and plain launches run identical arithmetic.
+Pos CudaExecutor::position(const Slot& slot, int64_t n_tokens) const {
+  const int64_t bound = opts_.n_ctx - n_tokens;
+  return Pos(capturing_ ? bound : slot.n_past, bound,
+             capturing_ ? pos_dev_.as<int32_t>() : nullptr);
 }
 
 DevRows CudaExecutor::view(ProgramMem& pm, const model::View& v) const {
@@ -260,14 +314,15 @@ int CudaExecutor::step(const model::Step& s, ProgramMem& pm, std::span<const int
       return 1;
     }
     case Op::Rope:
-      rope(out(), s.head_dim, hp.n_rot, hp.rope_theta, slot.n_past, stream_);
+      rope(out(), s.head_dim, hp.n_rot, hp.rope_theta, position(slot, out().rows), stream_);
       return 1;
     case Op::KvStore:
-      kv_store(in(0), in(1), layer(slot.k), layer(slot.v), hp.kv_dim(), slot.n_past, stream_);
+      kv_store(in(0), in(1), layer(slot.k), layer(slot.v), hp.kv_dim(), position(slot, in(0).rows),
+               stream_);
       return 1;
     case Op::Attention:
       attention(in(0), layer(slot.k), layer(slot.v), out(), hp.n_head, hp.n_head_kv, s.head_dim,
-                slot.n_past, stream_);
+                position(slot, in(0).rows), stream_);
       return 1;
     case Op::CopyRows:
       copy_rows(in(0), s.row0, out(), stream_);

@@ -6,6 +6,7 @@
 
 #include <map>
 #include <memory>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -54,6 +55,16 @@ class CudaExecutor : public runtime::Executor {
   const GpuMatrix& matrix(const model::Matrix* m) const;
   const float* vec(const std::vector<float>* v) const;
 
+  // A captured program for one (n_tokens, all_logits, slot); the embedding gather runs
+  // before it on the host.
+  struct Graph {
+    cudaGraphExec_t exec = nullptr;
+    int64_t dispatches = 0;
+  };
+  int64_t run_graph(ProgramMem& pm, int64_t T, bool all_logits, int slot,
+                    std::span<const int32_t> ids, Slot& s);
+  Pos position(const Slot& slot, int64_t n_tokens) const;
+
   const model::Model& model_;
   runtime::ExecutorOptions opts_;
   cudaStream_t stream_ = nullptr;
@@ -63,6 +74,11 @@ class CudaExecutor : public runtime::Executor {
   std::map<std::pair<int64_t, bool>, ProgramMem> programs_;
   MatmulWorkspace workspace_;
   std::vector<float> embed_host_;  // embedding rows gathered on the host (see step())
+  std::map<std::tuple<int64_t, bool, int>, Graph> graphs_;
+  DeviceBuffer pos_dev_;    // int32 position read by graph-captured kernels
+  int32_t pos_host_ = 0;    // its source for the copy before each replay
+  bool capturing_ = false;  // steps are being captured into a graph
+  int64_t max_n_in_ = 0;    // widest matrix input: sizes the matmul workspace before capture
   size_t weight_bytes_ = 0;
   int64_t last_dispatches_ = 0;
 };

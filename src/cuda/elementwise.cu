@@ -153,6 +153,7 @@ struct CopyJob {
   const float* src;
   float* dst;
   int64_t rows, cols, src_ld, dst_ld;
+  const int32_t* dst_row0 = nullptr;  // if set, dst moves down by *dst_row0 rows at run time
 };
 
 constexpr int kCopyUnroll = 4;  // vectors per thread, all loaded before the first store
@@ -164,7 +165,7 @@ __global__ void __launch_bounds__(kThreads) copy_kernel(CopyJob job0, CopyJob jo
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t r = blockIdx.y; r < job.rows; r += gridDim.y) {
     const float* src = job.src + r * job.src_ld;
-    float* dst = job.dst + r * job.dst_ld;
+    float* dst = job.dst + (r + (job.dst_row0 ? *job.dst_row0 : 0)) * job.dst_ld;
     for (int64_t i0 = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i0 < n;
          i0 += kCopyUnroll * stride) {
       Vec<N> t[kCopyUnroll];
@@ -351,17 +352,18 @@ void copy_state(const float* src, float* dst, int64_t n, cudaStream_t s) {
   launch_copy({src, dst, 1, n, n, n}, nullptr, s);
 }
 
-void kv_store(DevRows k, DevRows v, float* k_cache, float* v_cache, int64_t kv_dim, int64_t pos0,
+void kv_store(DevRows k, DevRows v, float* k_cache, float* v_cache, int64_t kv_dim, Pos pos,
               cudaStream_t s) {
   detail::check_view("kv_store", "k", k);
   detail::check_view("kv_store", "v", v);
   detail::check_same_shape("kv_store", k, "k", v, "v");
-  if (k.cols != kv_dim || pos0 < 0 || k_cache == nullptr || v_cache == nullptr) {
+  if (k.cols != kv_dim || pos.host < 0 || k_cache == nullptr || v_cache == nullptr) {
     fail("cuda kv_store: k, v [{}x{}] into caches of rows of {} at position {}", k.rows, k.cols,
-         kv_dim, pos0);
+         kv_dim, pos.host);
   }
-  const CopyJob jk{k.data, k_cache + pos0 * kv_dim, k.rows, k.cols, k.ld, kv_dim};
-  const CopyJob jv{v.data, v_cache + pos0 * kv_dim, v.rows, v.cols, v.ld, kv_dim};
+  const int64_t row0 = pos.device ? 0 : pos.host;
+  const CopyJob jk{k.data, k_cache + row0 * kv_dim, k.rows, k.cols, k.ld, kv_dim, pos.device};
+  const CopyJob jv{v.data, v_cache + row0 * kv_dim, v.rows, v.cols, v.ld, kv_dim, pos.device};
   launch_copy(jk, &jv, s);
 }
 

@@ -85,9 +85,23 @@ void copy_rows(DevRows x, int64_t row0, DevRows y, cudaStream_t s);
 // n floats src → dst as one kernel launch (the baseline's state gather/scatter is a
 // dispatch, as llama.cpp's copy kernel is; a cudaMemcpyAsync would hide it from the count).
 void copy_state(const float* src, float* dst, int64_t n, cudaStream_t s);
+// The position of a launch's first row. Plain launches pass it by value; launches captured
+// in a CUDA graph read it from device memory at run time (the graph is replayed for every
+// token). `bound` (>= 0) is an upper bound of the position that sizes launches whose shape
+// would otherwise depend on it (attention's key split), so a graph and a plain launch of the
+// same step run the same arithmetic.
+struct Pos {
+  Pos(int64_t h) : host(h) {}  // NOLINT: a plain position converts implicitly
+  Pos(int64_t h, int64_t b, const int32_t* d) : host(h), bound(b), device(d) {}
+  int64_t host;
+  int64_t bound = -1;
+  const int32_t* device = nullptr;
+  int64_t plan() const { return bound >= 0 ? bound : host; }
+};
+
 // k and v rows t → k_cache/v_cache row pos0 + t (cache rows are kv_dim floats; k.cols and
 // v.cols must equal kv_dim). One launch for both. The caller guarantees pos0 + rows <= n_ctx.
-void kv_store(DevRows k, DevRows v, float* k_cache, float* v_cache, int64_t kv_dim, int64_t pos0,
+void kv_store(DevRows k, DevRows v, float* k_cache, float* v_cache, int64_t kv_dim, Pos pos0,
               cudaStream_t s);
 
 // Causal depthwise conv over the T rows of x (tap K-1 multiplies the current row); `state`
@@ -102,12 +116,12 @@ void gdn_recurrence(DevRows q, DevRows k, DevRows v, DevRows g, DevRows beta, De
                     float* state, int64_t n_k_heads, int64_t n_v_heads, int64_t d, cudaStream_t s);
 
 // NeoX RoPE in place on the first n_rot dims of every head of x, row t at position pos0 + t.
-void rope(DevRows x, int64_t head_dim, int64_t n_rot, float theta, int64_t pos0, cudaStream_t s);
+void rope(DevRows x, int64_t head_dim, int64_t n_rot, float theta, Pos pos0, cudaStream_t s);
 
 // Causal GQA attention of T query rows at positions pos0.. against caches holding positions
 // [0, pos0 + T): q, out [T][H·D], caches [n_ctx][Hkv·D]; query head h reads kv head
 // h / (H / Hkv). D <= 256. The caller guarantees pos0 + T <= n_ctx.
 void attention(DevRows q, const float* k_cache, const float* v_cache, DevRows out, int64_t n_head,
-               int64_t n_head_kv, int64_t head_dim, int64_t pos0, cudaStream_t s);
+               int64_t n_head_kv, int64_t head_dim, Pos pos0, cudaStream_t s);
 
 }  // namespace gdn::cuda

@@ -16,6 +16,10 @@ struct ExecutorOptions {
   // CPU only: compute Q1_0 products on activations quantised to int8 per 128 elements, the
   // arithmetic of the CUDA Q1_0 GEMV, so the two backends can be compared like for like.
   bool q8_activations = false;
+  // CUDA only: capture each batch shape's program once per slot as a CUDA graph and replay
+  // it (positions are read from device memory), instead of launching every step from the
+  // host. Off: one host launch per step.
+  bool cuda_graphs = true;
 };
 
 class Executor {

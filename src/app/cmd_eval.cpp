@@ -24,6 +24,7 @@ struct EvalArgs {
   int greedy = 0;
   int random_ids = 0;
   std::string compare;
+  bool verbose = false;
 };
 
 int32_t argmax(const float* row, int64_t n) {
@@ -55,7 +56,7 @@ std::vector<float> logits_for(runtime::Executor& ex, const std::vector<int32_t>&
 // Teacher-forced comparison of two backends fed the same ids: the worst position's
 // max|Δ|/max|logit| and how often the argmax agrees.
 void compare_backends(const std::vector<float>& a, const std::vector<float>& b, int64_t V,
-                      const std::string& name_a, const std::string& name_b) {
+                      const std::string& name_a, const std::string& name_b, bool verbose) {
   const size_t T = a.size() / size_t(V);
   double worst = 0;
   size_t worst_t = 0, agree = 0;
@@ -67,6 +68,7 @@ void compare_backends(const std::vector<float>& a, const std::vector<float>& b, 
       max_ref = std::max(max_ref, std::abs(y));
       max_d = std::max(max_d, std::abs(x - y));
     }
+    if (verbose) fmt::print("position {}: max|d|/max|logit| {:.3g}\n", t, max_d / max_ref);
     if (max_d / max_ref > worst) worst = max_d / max_ref, worst_t = t;
     agree += argmax(a.data() + t * V, V) == argmax(b.data() + t * V, V);
   }
@@ -101,7 +103,7 @@ int run_eval(const EvalArgs& a) {
     eo.q8_activations = ex.name() == "cuda" && runtime::resolve_backend(a.compare) == "cpu";
     if (eo.q8_activations) fmt::print(stderr, "cpu reference: Q1_0 products on int8 activations\n");
     auto other = runtime::make_executor(a.compare, *lm.model, eo);
-    compare_backends(all, logits_for(*other, ids, a.mode), V, ex.name(), other->name());
+    compare_backends(all, logits_for(*other, ids, a.mode), V, ex.name(), other->name(), a.verbose);
   }
   fmt::print(stderr, "{}: {} tokens ({}), {} logits per token, backend {}\n", lm.label, ids.size(),
              a.mode, V, ex.name());
@@ -133,6 +135,7 @@ Run add_eval(CLI::App& app) {
   app.add_option("--mode", a->mode, "prefill (one pass) or decode (one token at a time)")
       ->check(CLI::IsMember({"prefill", "decode"}));
   app.add_option("--logits-out", a->logits_out, "raw little-endian f32 logits [n_ids][n_vocab]");
+  app.add_flag("-v,--verbose", a->verbose, "with --compare: the difference at every position");
   app.add_option("--greedy", a->greedy, "continue greedily for N tokens and print their ids");
   return [a] { return run_eval(*a); };
 }

@@ -84,10 +84,13 @@ class CudaSynthetic : public ::testing::TestWithParam<quant::Type> {};
 
 // Every weight format through the whole model, teacher-forced: both backends see the same ids.
 // Float and block formats other than Q1_0 use f32 activations on both sides: they differ only
-// in summation order (measured <= 4e-6). The Q1_0 GEMV quantises activations to int8 per 128
-// (error up to 1/254 of a block's max per element, measured 4.7e-2 through the tiny model
-// against exact f32 products), so it is held tightly against the CPU running the same
-// int8 arithmetic and loosely against exact products.
+// in summation order (measured <= 4e-6). The Q1_0 GEMV quantises activations to int8 per 128,
+// which makes the model's output discontinuous: an activation that differs by 1e-7 between
+// the backends can round to the neighbouring code, and one such flip moves the logits by ~2e-2
+// from that position on (it lives on in the recurrent state). Measured: GPU vs the CPU running
+// the same int8 arithmetic, exact at positions 0-1, 2.6e-2 from position 2; the CPU against
+// itself with every quantised activation perturbed by 1e-6 relative: exact until position 9,
+// then 2.5e-2. So Q1_0 is bounded at 0.1 against both references, not at rounding level.
 TEST_P(CudaSynthetic, TinyModelTracksCpu) {
   REQUIRE_GPU();
   synth::Options o;
@@ -105,8 +108,8 @@ TEST_P(CudaSynthetic, TinyModelTracksCpu) {
   const double vs_exact = rel_max_diff(gpu_dec, run_decode(exact, ids));
   std::printf("tiny %s cuda vs cpu (same arithmetic): prefill %.3g, decode %.3g; vs exact %.3g\n",
               std::string(quant::type_info(GetParam()).name).c_str(), pre, dec, vs_exact);
-  EXPECT_LE(pre, q1 ? 2e-3 : 1e-4);
-  EXPECT_LE(dec, q1 ? 2e-3 : 1e-4);
+  EXPECT_LE(pre, q1 ? 0.1 : 1e-4);
+  EXPECT_LE(dec, q1 ? 0.1 : 1e-4);
   EXPECT_LE(vs_exact, q1 ? 0.1 : 1e-4);
 }
 

@@ -1,12 +1,6 @@
 #include "convert/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <fmt/ranges.h>
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -114,10 +108,6 @@ std::map<std::string, std::string> parse_metadata(const json& meta, const std::s
   return out;
 }
 
-[[noreturn]] void fail_errno(const std::string& path, const char* what, int err) {
-  fail("{}: {}: {}", path, what, std::strerror(err));
-}
-
 }  // namespace
 
 const char* st_dtype_name(StDtype t) {
@@ -168,42 +158,10 @@ void StTensor::read_f32(int64_t first, int64_t n, float* out) const {
   }
 }
 
-struct SafetensorsFile::Mapping {
-  void* addr = nullptr;
-  size_t len = 0;
-
-  Mapping(void* a, size_t l) : addr(a), len(l) {}
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-  ~Mapping() { ::munmap(addr, len); }
-  std::span<const uint8_t> bytes() const { return {static_cast<const uint8_t*>(addr), len}; }
-
-  static std::unique_ptr<Mapping> map(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) fail_errno(path, "cannot open", errno);
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) {
-      const int err = errno;
-      ::close(fd);
-      fail_errno(path, "cannot stat", err);
-    }
-    if (!S_ISREG(st.st_mode) || st.st_size == 0) {
-      ::close(fd);
-      fail("{}: not a non-empty regular file", path);
-    }
-    const auto len = static_cast<size_t>(st.st_size);
-    void* addr = ::mmap(nullptr, len, PROT_READ, MAP_PRIVATE, fd, 0);
-    const int err = errno;
-    ::close(fd);  // the mapping keeps the file alive
-    if (addr == MAP_FAILED) fail_errno(path, "cannot mmap", err);
-    return std::make_unique<Mapping>(addr, len);
-  }
-};
-
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
   SafetensorsFile f;
   f.path_ = path;
-  f.mapping_ = Mapping::map(path);
+  f.mapping_ = MappedFile::open(path, "safetensors");
   const auto bytes = f.mapping_->bytes();
   uint64_t data_start = 0;
   const json header = parse_header(bytes, path, data_start);

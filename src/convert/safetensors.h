@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "common/mapped_file.h"
+
 namespace gdn::convert {
 
 // The only element types a Qwen3.5 checkpoint needs; anything else is refused by name.
@@ -49,8 +51,8 @@ class SafetensorsFile {
 
  private:
   SafetensorsFile() = default;
-  struct Mapping;
-  std::unique_ptr<Mapping> mapping_;
+
+  std::unique_ptr<MappedFile> mapping_;
   std::string path_;
   std::vector<StTensor> tensors_;
   std::map<std::string, std::string> metadata_;

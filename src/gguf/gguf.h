@@ -17,6 +17,10 @@
 
 #include "quant/types.h"
 
+namespace gdn {
+class MappedFile;
+}
+
 namespace gdn::gguf {
 
 enum class ValueType : uint32_t {
@@ -122,8 +126,7 @@ class File {
 
  private:
   File() = default;
-  struct Mapping;
-  std::unique_ptr<Mapping> mapping_;
+  std::unique_ptr<MappedFile> mapping_;
   std::span<const uint8_t> bytes_;
   std::string path_;
   uint32_t version_ = 0;

@@ -1,14 +1,10 @@
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <bit>
-#include <cerrno>
 #include <cstring>
 
 #include "common/error.h"
+#include "common/mapped_file.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_internal.h"
 
@@ -16,19 +12,6 @@ namespace gdn::gguf {
 
 static_assert(std::endian::native == std::endian::little,
               "GGUF is little-endian; the reader copies scalars as they are");
-
-struct File::Mapping {
-  void* addr = nullptr;
-  size_t len = 0;
-
-  Mapping(void* a, size_t l) : addr(a), len(l) {}
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-  ~Mapping() { ::munmap(addr, len); }
-  std::span<const uint8_t> bytes() const { return {static_cast<const uint8_t*>(addr), len}; }
-
-  static std::unique_ptr<Mapping> map(const std::string& path);
-};
 
 namespace {
 
@@ -340,20 +323,6 @@ class Parser {
   std::vector<uint64_t> offset_fields_;
 };
 
-struct UniqueFd {
-  int fd;
-  explicit UniqueFd(int f) : fd(f) {}
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  ~UniqueFd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
-[[noreturn]] void fail_errno(const std::string& path, const char* what, int err) {
-  fail("{}: {}: {}", path, what, std::strerror(err));
-}
-
 }  // namespace
 
 File File::parse(std::span<const uint8_t> bytes, const std::string& name) {
@@ -369,23 +338,8 @@ File File::parse(std::span<const uint8_t> bytes, const std::string& name) {
   return f;
 }
 
-std::unique_ptr<File::Mapping> File::Mapping::map(const std::string& path) {
-  const UniqueFd fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (fd.fd < 0) fail_errno(path, "cannot open", errno);
-  struct stat st {};
-  if (::fstat(fd.fd, &st) != 0) fail_errno(path, "cannot stat", errno);
-  if (S_ISDIR(st.st_mode)) fail_errno(path, "cannot map", EISDIR);
-  if (!S_ISREG(st.st_mode)) fail_errno(path, "cannot map", ENODEV);
-  if (st.st_size == 0) fail("{}: empty file (0 bytes), not a GGUF file", path);
-  const auto len = static_cast<size_t>(st.st_size);
-  // The mapping keeps the file's pages alive after the descriptor closes.
-  void* addr = ::mmap(nullptr, len, PROT_READ, MAP_PRIVATE, fd.fd, 0);
-  if (addr == MAP_FAILED) fail_errno(path, "cannot mmap", errno);
-  return std::make_unique<Mapping>(addr, len);
-}
-
 File File::open(const std::string& path) {
-  auto mapping = Mapping::map(path);
+  auto mapping = MappedFile::open(path, "GGUF");
   File f = parse(mapping->bytes(), path);
   f.mapping_ = std::move(mapping);
   return f;

@@ -8,30 +8,31 @@
 
 namespace gdn::cpu {
 
-void rms_norm(Rows x, Rows y, const float* w, int64_t chunk, float eps) {
+namespace {
+
+// y = x·rsqrt(Σx²/divisor + eps)·w per chunk of `chunk` columns (w null: no weight). RMSNorm
+// divides by the chunk length, the L2 norm by 1.
+void normalise_chunks(Rows x, Rows y, const float* w, int64_t chunk, double divisor, float eps) {
   for (int64_t t = 0; t < x.rows; ++t) {
     const float* xr = x.row(t);
     float* yr = y.row(t);
     for (int64_t c0 = 0; c0 < x.cols; c0 += chunk) {
       double ss = 0.0;
       for (int64_t i = 0; i < chunk; ++i) ss += double(xr[c0 + i]) * xr[c0 + i];
-      const float scale = static_cast<float>(1.0 / std::sqrt(ss / double(chunk) + eps));
-      for (int64_t i = 0; i < chunk; ++i) yr[c0 + i] = xr[c0 + i] * scale * w[i];
+      const float scale = static_cast<float>(1.0 / std::sqrt(ss / divisor + eps));
+      for (int64_t i = 0; i < chunk; ++i) yr[c0 + i] = xr[c0 + i] * scale * (w ? w[i] : 1.0f);
     }
   }
 }
 
+}  // namespace
+
+void rms_norm(Rows x, Rows y, const float* w, int64_t chunk, float eps) {
+  normalise_chunks(x, y, w, chunk, double(chunk), eps);
+}
+
 void l2_norm(Rows x, Rows y, int64_t chunk, float eps) {
-  for (int64_t t = 0; t < x.rows; ++t) {
-    const float* xr = x.row(t);
-    float* yr = y.row(t);
-    for (int64_t c0 = 0; c0 < x.cols; c0 += chunk) {
-      double ss = 0.0;
-      for (int64_t i = 0; i < chunk; ++i) ss += double(xr[c0 + i]) * xr[c0 + i];
-      const float scale = static_cast<float>(1.0 / std::sqrt(ss + eps));
-      for (int64_t i = 0; i < chunk; ++i) yr[c0 + i] = xr[c0 + i] * scale;
-    }
-  }
+  normalise_chunks(x, y, nullptr, chunk, 1.0, eps);
 }
 
 void mat_mul(const model::Matrix& w, Rows x, Rows y, ThreadPool& pool, bool q8_activations) {

@@ -272,7 +272,7 @@ int run() {
     const int64_t n_in = nm.first, n_out = nm.second;
     const std::string shape = fmt::format("{}->{}", n_in, n_out);
     const auto host = random_q1_0(n_in, n_out, 1234 + n_out);
-    MatrixView view;
+    model::Matrix view;
     view.name = shape;
     view.type = quant::Type::Q1_0;
     view.n_in = n_in;

@@ -88,14 +88,14 @@ HostMatrix random_matrix(Context& ctx, Type t, int64_t n_in, int64_t n_out) {
 }
 
 // The whole matrix as upload_matrix reads it (pool rows expanded).
-MatrixView expand(const HostMatrix& m, const std::string& name, std::vector<uint8_t>& storage) {
+model::Matrix expand(const HostMatrix& m, const std::string& name, std::vector<uint8_t>& storage) {
   if (m.n_pool != m.n_out) {
     storage.resize(m.row_bytes * static_cast<size_t>(m.n_out));
     for (int64_t r = 0; r < m.n_out; ++r) {
       std::memcpy(storage.data() + r * m.row_bytes, m.row(r), m.row_bytes);
     }
   }
-  MatrixView v;
+  model::Matrix v;
   v.name = name;
   v.type = m.type;
   v.n_in = m.n_in;

@@ -46,7 +46,7 @@ void check_matmul_args(const GpuMatrix& w, const float* x, int64_t ldx, const fl
   }
 }
 
-GpuMatrix upload_chunked(const MatrixView& m, const ChunkedFormat& f, cudaStream_t s) {
+GpuMatrix upload_chunked(const model::Matrix& m, const ChunkedFormat& f, cudaStream_t s) {
   const int64_t groups = ceil_div(m.n_out, 32);
   const int64_t chunks = ceil_div(m.n_in, f.elems_per_chunk);
   const int64_t blocks = f.chunks_per_block > 0 ? chunks / f.chunks_per_block : 0;
@@ -102,7 +102,7 @@ mm::Q1Options default_q1_options(const GpuMatrix& w) {
 
 }  // namespace
 
-GpuMatrix upload_matrix(const MatrixView& m, cudaStream_t s) {
+GpuMatrix upload_matrix(const model::Matrix& m, cudaStream_t s) {
   const quant::TypeInfo* info = quant::find_type(static_cast<uint32_t>(m.type));
   if (!info)
     fail("cuda upload '{}': unsupported type id {}", m.name, static_cast<uint32_t>(m.type));

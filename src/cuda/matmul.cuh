@@ -251,7 +251,7 @@ struct ChunkedFormat {
   void (*chunk)(const uint8_t* row, size_t row_bytes, int64_t c, uint8_t* out);
   uint16_t (*scale)(const uint8_t* row, int64_t b);
 };
-GpuMatrix upload_chunked(const MatrixView& m, const ChunkedFormat& f, cudaStream_t s);
+GpuMatrix upload_chunked(const model::Matrix& m, const ChunkedFormat& f, cudaStream_t s);
 // For block formats: chunk c is bytes [16 (c % kChunksPerBlock), +16) of the codes of block
 // c / kChunksPerBlock (after its 2-byte fp16 scale).
 template <size_t kBlockBytes, int kChunksPerBlock>
@@ -268,13 +268,13 @@ uint16_t block_scale(const uint8_t* row, int64_t b) {
 // ---------------------------------------------------------------------------------------------
 // Family entry points (each defined in its matmul_<family>.cu)
 
-GpuMatrix upload_float(const MatrixView& m, cudaStream_t s);  // F32, F16, BF16
+GpuMatrix upload_float(const model::Matrix& m, cudaStream_t s);  // F32, F16, BF16
 void matmul_float(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int64_t ldy,
                   int64_t n_tokens, cudaStream_t s);
-GpuMatrix upload_q8(const MatrixView& m, cudaStream_t s);  // Q8_0, Q4_0
+GpuMatrix upload_q8(const model::Matrix& m, cudaStream_t s);  // Q8_0, Q4_0
 void matmul_q8(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int64_t ldy,
                int64_t n_tokens, cudaStream_t s);
-GpuMatrix upload_2bit(const MatrixView& m, cudaStream_t s);  // Q2_0, PQ2_0
+GpuMatrix upload_2bit(const model::Matrix& m, cudaStream_t s);  // Q2_0, PQ2_0
 void matmul_2bit(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int64_t ldy,
                  int64_t n_tokens, cudaStream_t s);
 
@@ -290,7 +290,7 @@ struct Q1Options {
   bool pdl = true;  // the GEMV starts its weight loads while the quantise kernel runs
 };
 const char* q1_variant_name(Q1Variant v);
-GpuMatrix upload_q1_0(const MatrixView& m, cudaStream_t s);
+GpuMatrix upload_q1_0(const model::Matrix& m, cudaStream_t s);
 size_t q1_0_workspace_bytes(int64_t n_in, int64_t n_tokens);
 // Quantises x into act (q1_0_workspace_bytes(n_in, n_tokens) bytes) for the given variant.
 void q1_0_quantize(const GpuMatrix& w, const float* x, int64_t ldx, int64_t n_tokens, void* act,

@@ -24,7 +24,7 @@ struct Q2Format {
 
 }  // namespace
 
-GpuMatrix upload_2bit(const MatrixView& m, cudaStream_t s) {
+GpuMatrix upload_2bit(const model::Matrix& m, cudaStream_t s) {
   if (m.type == quant::Type::Q2_0) {
     return upload_chunked(m, ChunkedFormat{64, 1, &block_chunk<18, 1>, &block_scale<18>}, s);
   }

@@ -60,7 +60,7 @@ void plain_chunk(const uint8_t* row, size_t row_bytes, int64_t c, uint8_t* out) 
 
 }  // namespace
 
-GpuMatrix upload_float(const MatrixView& m, cudaStream_t s) {
+GpuMatrix upload_float(const model::Matrix& m, cudaStream_t s) {
   const int64_t elems = m.type == quant::Type::F32 ? 4 : 8;
   return upload_chunked(m, ChunkedFormat{elems, 0, &plain_chunk, nullptr}, s);
 }

@@ -571,7 +571,7 @@ const char* q1_variant_name(Q1Variant v) {
   return "?";
 }
 
-GpuMatrix upload_q1_0(const MatrixView& m, cudaStream_t s) {
+GpuMatrix upload_q1_0(const model::Matrix& m, cudaStream_t s) {
   const Geometry geo = geometry(m.n_in);
   const int64_t n_blocks = m.n_in / kBlock;
   const int64_t tiles = ceil_div(m.n_out, kTileRows);

@@ -39,7 +39,7 @@ struct Q4Format {
 
 }  // namespace
 
-GpuMatrix upload_q8(const MatrixView& m, cudaStream_t s) {
+GpuMatrix upload_q8(const model::Matrix& m, cudaStream_t s) {
   if (m.type == quant::Type::Q8_0) {
     return upload_chunked(m, ChunkedFormat{16, 2, &block_chunk<34, 2>, &block_scale<34>}, s);
   }

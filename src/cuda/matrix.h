@@ -17,20 +17,10 @@
 #include <string>
 
 #include "cuda/device.h"
+#include "model/matrix.h"
 #include "quant/types.h"
 
 namespace gdn::cuda {
-
-// A stored matrix as upload_matrix reads it: the fields of model::Matrix, which this header
-// cannot include (model/weights.h pulls in C++20 headers).
-struct MatrixView {
-  std::string name;
-  quant::Type type = quant::Type::F32;
-  int64_t n_in = 0;
-  int64_t n_out = 0;
-  size_t row_bytes = 0;           // quant::row_bytes(type, n_in)
-  const uint8_t* data = nullptr;  // host memory, n_out rows of row_bytes
-};
 
 // A weight matrix in its kernel's layout. Both buffers are what a GEMV reads, padding included.
 struct GpuMatrix {
@@ -51,20 +41,7 @@ struct GpuMatrix {
 // Repacks and copies (synchronously with respect to the host data: it is staged before return).
 // Throws gdn::Error naming the matrix, type and shape for unsupported types, n_in not a
 // multiple of the block size, or sizes the kernels cannot index.
-GpuMatrix upload_matrix(const MatrixView& m, cudaStream_t s);
-
-// model::Matrix (or anything with its fields). A template so this header stays C++17.
-template <class M>
-GpuMatrix upload_matrix(const M& m, cudaStream_t s) {
-  MatrixView v;
-  v.name = m.name;
-  v.type = m.type;
-  v.n_in = m.n_in;
-  v.n_out = m.n_out;
-  v.row_bytes = m.row_bytes;
-  v.data = m.data;
-  return upload_matrix(v, s);
-}
+GpuMatrix upload_matrix(const model::Matrix& m, cudaStream_t s);
 
 // Scratch for quantised activations, grown on demand and owned by the caller (the executor).
 // One workspace serves one stream: matmuls on one stream reuse it in order. Growing allocates,

@@ -109,7 +109,9 @@ double Context::copy_bandwidth() {
 
 Result compare(const std::string& op, const std::string& shape, const std::vector<float>& gpu,
                const std::vector<float>& ref, double tol) {
-  Result r{op, shape};
+  Result r;
+  r.op = op;
+  r.shape = shape;
   r.tolerance = tol;
   if (gpu.size() != ref.size()) {
     r.detail = fmt::format("size {} vs reference {}", gpu.size(), ref.size());

@@ -30,6 +30,7 @@
 #include "cuda/check.h"
 #include "cuda/device.h"
 #include "cuda/matmul.cuh"
+#include "cuda/read_ceiling.h"
 #include "quant/quant.h"
 
 namespace gdn::cuda {
@@ -60,26 +61,7 @@ struct Timer {
   }
   // Median per-launch microseconds of launch(i), i = 0..19, captured in one graph.
   double graph_us(const std::function<void(int)>& launch) {
-    cudaGraph_t g;
-    cudaGraphExec_t e;
-    CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < kGraphLaunches; ++i) launch(i);
-    CUDA_CHECK(cudaStreamEndCapture(s, &g));
-    CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
-    for (int w = 0; w < 3; ++w) CUDA_CHECK(cudaGraphLaunch(e, s));
-    std::vector<double> us;
-    for (int r = 0; r < kReplays; ++r) {
-      CUDA_CHECK(cudaEventRecord(a, s));
-      CUDA_CHECK(cudaGraphLaunch(e, s));
-      CUDA_CHECK(cudaEventRecord(b, s));
-      CUDA_CHECK(cudaEventSynchronize(b));
-      float ms = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-      us.push_back(1e3 * ms / kGraphLaunches);
-    }
-    CUDA_CHECK(cudaGraphExecDestroy(e));
-    CUDA_CHECK(cudaGraphDestroy(g));
-    return median(us);
+    return cuda::graph_us(s, launch, kGraphLaunches, kReplays);
   }
   // The same, as 20 plain launches back to back.
   double plain_us(const std::function<void(int)>& launch) {
@@ -97,78 +79,6 @@ struct Timer {
     return median(us);
   }
 };
-
-double copy_bandwidth(cudaStream_t s) {
-  const size_t bytes = size_t(1) << 30;
-  DeviceBuffer src(bytes), dst(bytes);
-  CUDA_CHECK(cudaMemsetAsync(src.get(), 1, bytes, s));
-  Timer t(s);
-  std::vector<double> secs;
-  for (int r = 0; r < 10; ++r) {
-    CUDA_CHECK(cudaEventRecord(t.a, s));
-    CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice, s));
-    CUDA_CHECK(cudaEventRecord(t.b, s));
-    CUDA_CHECK(cudaEventSynchronize(t.b));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, t.a, t.b));
-    if (r >= 2) secs.push_back(ms * 1e-3);
-  }
-  return 2.0 * double(bytes) / median(secs);
-}
-
-// ---------------------------------------------------------------------------------------------
-// The read ceiling: a plain streaming read. Grid-stride over 16-byte vectors, four independent
-// loads in flight per thread; the XOR of all data is stored only if it equals a value the data
-// never produces, so no load can be dropped and nothing is written.
-
-__global__ void read_kernel(const uint4* __restrict__ src, size_t n_vec, unsigned* sink) {
-  const size_t stride = size_t(gridDim.x) * blockDim.x;
-  size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  unsigned acc = 0;
-  for (; i + 3 * stride < n_vec; i += 4 * stride) {
-    const uint4 a = mm::ld_stream(src + i), b = mm::ld_stream(src + i + stride);
-    const uint4 c = mm::ld_stream(src + i + 2 * stride), d = mm::ld_stream(src + i + 3 * stride);
-    acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^
-           d.w;
-  }
-  for (; i < n_vec; i += stride) {
-    const uint4 a = mm::ld_stream(src + i);
-    acc ^= a.x ^ a.y ^ a.z ^ a.w;
-  }
-  if (acc == 0x9E3779B9u) *sink = acc;
-}
-
-struct Ceiling {
-  double us = 0;
-  std::string config;
-};
-
-// Best plain read of `bytes` over (threads, CTAs per SM) configurations, timed in a graph with
-// the buffer rotated among copies beyond L2.
-Ceiling read_ceiling(size_t bytes, cudaStream_t s, Timer& t) {
-  bytes = (bytes + 255) & ~size_t(255);
-  const int copies = static_cast<int>(std::ceil(kRotateBytes / double(bytes))) + 1;
-  DeviceBuffer buf(bytes * copies), sink(sizeof(unsigned));
-  CUDA_CHECK(cudaMemsetAsync(buf.get(), 0x5a, buf.bytes(), s));
-  Ceiling best;
-  for (int threads : {256, 512, 1024}) {
-    for (int per_sm : {1, 2, 4, 8}) {
-      if (threads * per_sm > 2048) continue;
-      const unsigned grid = static_cast<unsigned>(per_sm * mm::sm_count());
-      const double us = t.graph_us([&](int i) {
-        read_kernel<<<grid, threads, 0, s>>>(
-            reinterpret_cast<const uint4*>(buf.as<char>() + bytes * (i % copies)), bytes / 16,
-            sink.as<unsigned>());
-        CUDA_CHECK_LAUNCH();
-      });
-      if (best.us == 0 || us < best.us) {
-        best.us = us;
-        best.config = fmt::format("{}x{}", per_sm, threads);
-      }
-    }
-  }
-  return best;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Matrices and the reference
@@ -248,7 +158,7 @@ int run() {
   cudaStream_t s;
   CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   fmt::print("device: {}\n", describe_device());
-  const double copy_bw = copy_bandwidth(s);
+  const double copy_bw = measure_copy_bandwidth(s);
   fmt::print("copy bandwidth: {:.0f} GB/s (read + write)\n", copy_bw / 1e9);
   Timer timer(s);
 
@@ -300,7 +210,7 @@ int run() {
     ws.reserve(n_in, 1);
     void* act = ws.get(mm::q1_0_workspace_bytes(n_in, 1), s);
 
-    const Ceiling ceiling = read_ceiling(static_cast<size_t>(bytes), s, timer);
+    const ReadCeiling ceiling = measure_read_ceiling(bytes, s);
     fmt::print(
         "\n{}: {:.2f} MB, {} copies; read ceiling {:.2f} us ({:.0f} GB/s, {} CTAs/SM x "
         "threads)\n",

@@ -25,21 +25,8 @@ const std::vector<Family>& families() {
 
 namespace {
 
-// Inputs rotated beyond the 60 MB L2 so timings measure DRAM, not cache.
-constexpr double kRotateBytes = 160e6;
+// Launches per timing graph: per-launch time then excludes host launch cost.
 constexpr int kGraphLaunches = 20;
-
-int sm_count() {
-  int dev = 0, n = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-  return n;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 }  // namespace
 
@@ -64,42 +51,11 @@ std::vector<float> Context::random(size_t n, float lo, float hi) {
 // Launches are captured into a graph of kGraphLaunches and the graph replayed: the per-launch
 // time then excludes host launch cost, as it will in the executor's CUDA graphs.
 double Context::time_us(const std::function<void(int)>& launch, int repeats) {
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < kGraphLaunches; ++i) launch(i);
-  CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t start, stop;
-  CUDA_CHECK(cudaEventCreate(&start));
-  CUDA_CHECK(cudaEventCreate(&stop));
-  for (int w = 0; w < 3; ++w) CUDA_CHECK(cudaGraphLaunch(exec, stream_));
-  std::vector<double> us;
-  for (int r = 0; r < std::max(3, repeats / kGraphLaunches); ++r) {
-    CUDA_CHECK(cudaEventRecord(start, stream_));
-    CUDA_CHECK(cudaGraphLaunch(exec, stream_));
-    CUDA_CHECK(cudaEventRecord(stop, stream_));
-    CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    us.push_back(1e3 * ms / kGraphLaunches);
-  }
-  CUDA_CHECK(cudaEventDestroy(start));
-  CUDA_CHECK(cudaEventDestroy(stop));
-  CUDA_CHECK(cudaGraphExecDestroy(exec));
-  CUDA_CHECK(cudaGraphDestroy(graph));
-  return median(us);
+  return graph_us(stream_, launch, kGraphLaunches, std::max(3, repeats / kGraphLaunches));
 }
 
 double Context::read_ceiling_us(double bytes) {
-  const size_t size = (static_cast<size_t>(bytes) + 255) & ~size_t(255);
-  const int copies = static_cast<int>(std::ceil(kRotateBytes / double(size))) + 1;
-  DeviceBuffer buf(size * copies), sink(sizeof(unsigned));
-  CUDA_CHECK(cudaMemsetAsync(buf.get(), 0x5A, buf.bytes(), stream_));
-  const int n_sm = sm_count();
-  return time_us([&](int i) {
-    stream_read(buf.as<char>() + size * (i % copies), size, sink.as<unsigned>(), n_sm, stream_);
-  });
+  return measure_read_ceiling(bytes, stream_).us;
 }
 
 double Context::copy_bandwidth() {

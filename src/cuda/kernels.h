@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "model/rungs.h"
 #include "quant/types.h"
 
 // The element-wise op enums are cpu/ops.h's. That header pulls C++20 headers (<span>) that
@@ -82,9 +83,23 @@ void broadcast(cpu::Broadcast f, DevRows x, const float* v, DevRows y, cudaStrea
 void split_heads(DevRows x, DevRows ya, DevRows yb, int64_t head_dim, cudaStream_t s);
 // y = x rows [row0, row0 + y.rows).
 void copy_rows(DevRows x, int64_t row0, DevRows y, cudaStream_t s);
-// n floats src → dst as one kernel launch (the baseline's state gather/scatter is a
-// dispatch, as llama.cpp's copy kernel is; a cudaMemcpyAsync would hide it from the count).
-void copy_state(const float* src, float* dst, int64_t n, cudaStream_t s);
+// A recurrent state [Hv][d][d] in its storage type: f32, or f16/bf16 (round-to-nearest-even
+// on every store; every kernel computes in f32 and widens exactly on load).
+struct DevState {
+  void* data;
+  model::StateType type;
+};
+// n state values src → dst as one kernel launch, converting between storage types (the
+// baseline's state gather/scatter is a dispatch, as llama.cpp's copy kernel is; a
+// cudaMemcpyAsync would hide it from the count). Widening is exact; narrowing rounds exactly
+// as gdn_recurrence's store does, so gather → f32 recurrence → scatter equals the fused
+// in-place recurrence bit for bit in every storage type.
+void copy_state(DevState src, DevState dst, int64_t n, cudaStream_t s);
+// y = rows of a followed by rows of b (same cols), one launch: the baseline conv's
+// [state; x] window, as llama.cpp concatenates it.
+void concat_rows(DevRows a, DevRows b, DevRows y, cudaStream_t s);
+// An empty kernel (gdn bench --null-dispatches prices a dispatch with it).
+void empty_kernel(cudaStream_t s);
 // The position of a launch's first row. Plain launches pass it by value; launches captured
 // in a CUDA graph read it from device memory at run time (the graph is replayed for every
 // token). `bound` (>= 0) is an upper bound of the position that sizes launches whose shape
@@ -106,14 +121,37 @@ void kv_store(DevRows k, DevRows v, float* k_cache, float* v_cache, int64_t kv_d
 
 // Causal depthwise conv over the T rows of x (tap K-1 multiplies the current row); `state`
 // [K-1][C] holds the previous K-1 inputs, oldest first, and is advanced in place. w is [C][K],
-// K <= 8. x and y must not overlap.
-void conv_step(DevRows x, DevRows y, const float* w, int64_t kernel, float* state, cudaStream_t s);
+// K <= 8. x and y must not overlap. silu: y = silu(conv) with the Silu kernel's device
+// function (rung conv-inplace fuses it; the result equals conv then unary Silu bit for bit).
+// state == nullptr (the baseline window): x holds the K-1 previous inputs as its first rows,
+// then the T rows of the step (x.rows = T + K - 1, y.rows = T); no state is written.
+void conv_step(DevRows x, DevRows y, const float* w, int64_t kernel, float* state, bool silu,
+               cudaStream_t s);
+
+// What the GDN kernel computes from raw operands instead of reading finished ones. Each
+// fusion uses the unfused kernels' device functions in their order, so the result is
+// bit-identical to running those kernels first.
+struct GdnFusion {
+  // Rung gating-fused (both set): g and beta hold the raw projections a and b;
+  // beta = sigmoid(b), g = softplus(a + dt_bias[h])·ssm_a[h] (the Sigmoid, AddVec, Softplus,
+  // MulVec kernels' arithmetic).
+  const float* dt_bias = nullptr;
+  const float* ssm_a = nullptr;
+  // Rung l2norm-fused: q and k are raw; every key head of d floats is L2-normalised inside
+  // with the l2_norm kernel's reduction order and eps (chunk d).
+  bool l2norm = false;
+  float l2_eps = 0.0f;
+};
 
 // Gated delta rule over the T rows, value head h using key head h % Hk. q, k: [T][Hk·d]
-// (L2-normalised), v, out: [T][Hv·d], g, beta: [T][Hv], state [Hv][d][d] updated in place.
-// d <= 256. No output may alias an input.
+// (L2-normalised unless fused), v, out: [T][Hv·d], g, beta: [T][Hv] (finished unless fused).
+// The state [Hv][d][d] is read from state_in and the updated state written to state_out:
+// the same buffer (in place), or different buffers of any storage types (rungs
+// state-inplace / state-write-fused with a work buffer on the other side). d <= 256. No
+// output may alias an input.
 void gdn_recurrence(DevRows q, DevRows k, DevRows v, DevRows g, DevRows beta, DevRows out,
-                    float* state, int64_t n_k_heads, int64_t n_v_heads, int64_t d, cudaStream_t s);
+                    DevState state_in, DevState state_out, int64_t n_k_heads, int64_t n_v_heads,
+                    int64_t d, const GdnFusion& fusion, cudaStream_t s);
 
 // NeoX RoPE in place on the first n_rot dims of every head of x, row t at position pos0 + t.
 void rope(DevRows x, int64_t head_dim, int64_t n_rot, float theta, Pos pos0, cudaStream_t s);

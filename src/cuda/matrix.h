@@ -67,6 +67,48 @@ void matmul(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int64_t l
 // Kernel launches matmul() makes for n_tokens (the executor counts dispatches).
 int matmul_launches(const GpuMatrix& w, int64_t n_tokens);
 
+// ---------------------------------------------------------------------------------------------
+// Fused decode GEMVs (rung norm-gemv-fused): one launch computes W_i·p(x) for up to
+// kMaxFusedMatrices matrices that share their input, where the prologue p is the norm or gate
+// that produced x, and the epilogue folds in the residual add or SwiGLU. Each result is
+// bit-identical to the unfused sequence it replaces: the prologue's kernels (rms_norm, binary)
+// into a buffer, matmul() of every matrix, the epilogue's binary kernel. The fused kernels
+// reach that by sharing those kernels' device code and reduction orders, and every matmul's
+// per-row summation order depends on n_in and the format only (never on n_out or the launch).
+
+enum class Prologue : uint8_t {
+  None,                 // x
+  RmsNorm,              // rms_norm(x, norm, chunk n_in, eps)
+  HeadRmsNormSiluGate,  // rms_norm(x, norm, chunk head_dim, eps), then x·silu(gate) (SiluMul)
+  SigmoidGate,          // x·sigmoid(gate) (binary SigmoidMul)
+};
+enum class Epilogue : uint8_t {
+  Store,        // y_i = W_i·p(x) for every matrix
+  AddInto,      // one matrix: y_0 = y_0 + W_0·p(x) (binary Add: the residual)
+  SiluMulPair,  // two matrices (gate, up): y_0 = (W_1·p(x))·silu(W_0·p(x)) (binary SiluMul)
+};
+constexpr int kMaxFusedMatrices = 4;
+
+struct FusedGemv {
+  Prologue prologue = Prologue::None;
+  Epilogue epilogue = Epilogue::Store;
+  const float* x = nullptr;     // one token, n_in floats
+  const float* gate = nullptr;  // n_in floats (HeadRmsNormSiluGate, SigmoidGate)
+  const float* norm = nullptr;  // n_in (RmsNorm) or head_dim (HeadRmsNormSiluGate) floats
+  int64_t head_dim = 0;
+  float eps = 0.0f;
+  int n = 0;  // matrices
+  const GpuMatrix* w[kMaxFusedMatrices] = {};
+  float* y[kMaxFusedMatrices] = {};  // Store: one per matrix; AddInto, SiluMulPair: y[0]
+};
+
+// Matrices of one family (and equal n_in) can share a matmul_fused launch: 0 for Q1_0, 1 for
+// the chunked formats (F32, F16, BF16, Q8_0, Q4_0, Q2_0, PQ2_0).
+int fused_family(quant::Type t);
+// One launch. Throws gdn::Error (naming the matrices, types and shapes) for mixed families or
+// n_in, a matrix count the epilogue does not take, or missing operands.
+void matmul_fused(const FusedGemv& f, cudaStream_t s);
+
 // What the checks compare a format against and how closely (max|gpu - ref| / max|ref|).
 struct MatmulReference {
   bool q8_128_activations;  // true: quant::dot_row_q1_0_q8_128 (activations quantised per 128)

@@ -1,0 +1,69 @@
+// The norms' reduction order, shared by every kernel that normalises: the rms_norm/l2_norm
+// kernels (norm.cu), the GDN kernel's fused q/k L2 norm (gdn.cu) and the fused GEMV prologue
+// (matmul_*.cu). A fused kernel is bit-identical to the norm kernel it replaces only if it
+// adds the same squares in the same order and derives the scale the same way; this header is
+// that order, written once.
+//
+// The canonical order for a chunk of n floats: T = norm_threads(n) virtual threads; virtual
+// thread j sums x[i]² for i = base + e·T + j over the tiles base = 0, 8T, 16T, ... and
+// e = 0..7 (i < n), with fmaf from 0; each virtual warp (32 consecutive j) adds its lanes by
+// the xor butterfly (warp_sum); the warp sums are added in warp order starting from 0. The
+// scale is 1/sqrt(total/n + eps) (rms) or 1/sqrt(total + eps) (l2) in double, rounded to f32
+// once; the output is (x·scale)·w (rms) or x·scale (l2).
+//
+// Precision vs the CPU (which sums in double): see norm.cu.
+#pragma once
+
+#include "cuda/kernel_util.cuh"
+
+namespace gdn::cuda::norm {
+
+constexpr int kPerThread = 8;         // elements a virtual thread adds per tile
+constexpr int kMaxNormThreads = 1024;  // the norm kernel's largest CTA
+
+// Virtual threads (and the norm kernel's CTA size) for a chunk of n floats.
+__host__ __device__ constexpr int norm_threads(int n) {
+  const int want = (n + kPerThread - 1) / kPerThread;
+  const int t = (want + 31) / 32 * 32;
+  return t < kMaxNormThreads ? t : kMaxNormThreads;
+}
+__host__ __device__ constexpr int norm_warps(int n) {
+  return norm_threads(n) / 32;
+}
+
+// The sum of virtual warp `vw` of the canonical order for x[0, n), on every lane of the
+// calling warp (which must be converged; all 32 lanes call it).
+__device__ __forceinline__ float virtual_warp_sum_squares(const float* x, int n, int vw) {
+  const int T = norm_threads(n), j = vw * 32 + (threadIdx.x & 31);
+  float ss = 0.0f;
+  for (int base = 0; base < n; base += kPerThread * T) {
+#pragma unroll
+    for (int e = 0; e < kPerThread; ++e) {
+      const int i = base + e * T + j;
+      if (i < n) ss = fmaf(x[i], x[i], ss);
+    }
+  }
+  return detail::warp_sum(ss);
+}
+
+// The warp sums added in warp order (what the norm kernel's block_sum does).
+__device__ __forceinline__ float combine_warp_sums(const float* sums, int n_warps) {
+  float total = 0.0f;
+  for (int w = 0; w < n_warps; ++w) total += sums[w];
+  return total;
+}
+
+// The whole canonical sum of squares of a chunk of n <= 256 floats (one virtual warp) by one
+// warp: what a fused kernel uses for a head (GDN q/k, a 128-float ssm_norm head).
+__device__ __forceinline__ float head_sum_squares(const float* x, int n) {
+  return 0.0f + virtual_warp_sum_squares(x, n, 0);
+}
+
+__device__ __forceinline__ float rms_scale(float total, int n, float eps) {
+  return static_cast<float>(1.0 / sqrt(double(total) / double(n) + double(eps)));
+}
+__device__ __forceinline__ float l2_scale(float total, float eps) {
+  return static_cast<float>(1.0 / sqrt(double(total) + double(eps)));
+}
+
+}  // namespace gdn::cuda::norm

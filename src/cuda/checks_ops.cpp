@@ -9,15 +9,25 @@
 // the conv output), and odd offsets elsewhere so both the float4 and the scalar paths run.
 // State-updating ops (conv_step, gdn_recurrence, kv_store) also compare the updated state.
 //
+// Fused kernels (the ladder's rungs) are also compared BIT FOR BIT (memcmp) with the unfused
+// GPU sequence they replace, which is what makes a rung exact: conv_step's fused SiLU and
+// state modes against conv + unary Silu and concat_rows + window conv + copy_rows;
+// gdn_recurrence with every fusion (gating, l2norm) × state type (f32, f16, bf16) × state
+// placement (in place, slot → work, work → slot) against l2_norm, the gating kernels and
+// copy_state gather / f32 recurrence / scatter. Those cases report the number of differing
+// elements as their error, with tolerance 0.
+//
 // Shapes: Bonsai-27B (E 5120, H 24, Hkv 4, D 256, n_rot 64, Hk 16, Hv 48, d 128, conv 10240,
 // FFN 17408), Qwen3.5-0.8B (Hk = Hv = 16), the tiny synthetic model (E 256, H 4, Hkv 2, D 64,
 // n_rot 16, Hk 2, Hv 4, d 64), and odd sizes (1, 3, 77) that no warp or float4 divides.
 //
 // Tolerances: max|gpu − ref| / max|ref| (opcheck::compare), derived in each kernel's design
 // comment:
-//   copies, split_heads, kv_store, embed, add, add_vec, mul_vec   0      the same f32 ops or none
+//   copies, split_heads, kv_store, embed, add, add_vec, mul_vec,
+//   concat_rows, copy_state (against host widen + round-to-nearest-even)   0   the same f32 ops
+//                                                      or none
 //   conv_step                                   1e-7   double accumulation in the CPU's order:
-//                                                      bit-exact expected
+//                                                      bit-exact expected (1e-6 with the SiLU)
 //   sigmoid, softplus, silu, silu_mul, sigmoid_mul   1e-6   expf/log1pf within 2 ulp of
 //                                                      glibc's: a few ulp (≲ 5e-7) per element
 //   rope                                        1e-6   double angle and rotation, rounded
@@ -25,6 +35,8 @@
 //   rms_norm, l2_norm                           4e-6   f32 sum of squares, ≲ 1e-6 (norm.cu)
 //   gdn_recurrence (out and state)      4e-6 + 4e-7·T  f32 reductions per token, errors
 //                                                      at most linear in T (gdn.cu)
+//     f16 / bf16 state                 + 2^-10 / 2^-7  the stored state: GPU and CPU f32 values
+//                                                      may round to neighbouring values
 //   attention                                   3e-5   f32 scores and accumulators over up to
 //                                                      4096 keys; max|out| can be ~0.2·max|v|
 //                                                      when the softmax spreads (attention.cu)
@@ -34,6 +46,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -102,6 +115,26 @@ class Buf {
   float* dev_data() const { return dev_.as<float>() + off_; }
   float* host_data() { return host_.data() + off_; }
   size_t bytes() const { return dev_.bytes(); }
+
+  // Host ← the other buffer's host contents (same dimensions), then uploaded.
+  void copy_from(const Buf& o) {
+    if (o.host_.size() != host_.size()) fail("opcheck Buf::copy_from: different sizes");
+    host_ = o.host_;
+    upload();
+  }
+
+  // The view's floats as the device holds them now (for bitwise comparisons).
+  std::vector<float> device_view() const {
+    std::vector<float> got(host_.size()), v;
+    CUDA_CHECK(cudaStreamSynchronize(s_));
+    CUDA_CHECK(cudaMemcpyAsync(got.data(), dev_.get(), bytes(), cudaMemcpyDeviceToHost, s_));
+    CUDA_CHECK(cudaStreamSynchronize(s_));
+    v.reserve(size_t(rows_ * cols_));
+    for (int64_t i = 0; i < rows_; ++i) {
+      for (int64_t c = 0; c < cols_; ++c) v.push_back(got[size_t(i * ld_ + off_ + c)]);
+    }
+    return v;
+  }
 
   // Device ← host; what the device held before a run is remembered for the guard check.
   void upload() {
@@ -177,6 +210,206 @@ int rotation_copies(double bytes) {
 std::string view_desc(int64_t off, int64_t pad) {
   return off || pad ? fmt::format(" view+{}/{}", off, pad) : "";
 }
+
+// Bit-for-bit comparison of n elements of elem bytes (a fused kernel against the unfused
+// sequence it replaces): error is the number of differing elements, tolerance 0.
+Result bitwise(const std::string& op, const std::string& shape, const void* got, const void* want,
+               size_t n, size_t elem) {
+  Result r;
+  r.op = op;
+  r.shape = shape;
+  r.passed = true;
+  const auto* g = static_cast<const uint8_t*>(got);
+  const auto* w = static_cast<const uint8_t*>(want);
+  size_t first = n;
+  for (size_t i = 0; i < n; ++i) {
+    if (std::memcmp(g + i * elem, w + i * elem, elem) != 0) {
+      if (first == n) first = i;
+      r.error += 1;
+    }
+  }
+  if (first < n) {
+    r.passed = false;
+    uint32_t gb = 0, wb = 0;
+    std::memcpy(&gb, g + first * elem, std::min<size_t>(elem, 4));
+    std::memcpy(&wb, w + first * elem, std::min<size_t>(elem, 4));
+    r.detail =
+        fmt::format("{} of {} elements differ; first: element {} is 0x{:0{}x}, expected 0x{:0{}x}",
+                    r.error, n, first, gb, 2 * elem, wb, 2 * elem);
+  }
+  return r;
+}
+
+Result bitwise(const std::string& op, const std::string& shape, const std::vector<float>& got,
+               const std::vector<float>& want) {
+  if (got.size() != want.size()) {
+    Result r;
+    r.op = op;
+    r.shape = shape;
+    r.detail = fmt::format("size {} vs {}", got.size(), want.size());
+    return r;
+  }
+  return bitwise(op, shape, got.data(), want.data(), got.size(), sizeof(float));
+}
+
+// r, unless r passed and next did not (one Result for several conditions of one case).
+void also(Result& r, const Result& next) {
+  if (r.passed && !next.passed) {
+    const std::string shape = r.shape;
+    r = next;
+    r.shape = shape;
+    if (next.shape != shape) r.detail = fmt::format("{}: {}", next.shape, next.detail);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Recurrent states in their storage types, on the host: the device widens exactly and rounds
+// to nearest even (cuda/state.cuh); quant's converters do the same (subnormals kept,
+// overflow to ±inf), so a host-rounded value is the device's bit for bit (NaN aside: the
+// checks make none).
+
+using model::StateType;
+constexpr StateType kStateTypes[] = {StateType::F32, StateType::F16, StateType::BF16};
+
+size_t state_bytes(StateType t) {
+  return t == StateType::F32 ? 4 : 2;
+}
+
+float widen(StateType t, const uint8_t* p) {
+  if (t == StateType::F32) {
+    float f;
+    std::memcpy(&f, p, 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return t == StateType::F16 ? quant::fp16_to_f32(h) : quant::bf16_to_f32(h);
+}
+
+void narrow(StateType t, float v, uint8_t* p) {
+  if (t == StateType::F32) {
+    std::memcpy(p, &v, 4);
+    return;
+  }
+  const uint16_t h = t == StateType::F16 ? quant::f32_to_fp16(v) : quant::f32_to_bf16(v);
+  std::memcpy(p, &h, 2);
+}
+
+std::vector<uint8_t> to_state(StateType t, const std::vector<float>& v) {
+  std::vector<uint8_t> b(v.size() * state_bytes(t));
+  for (size_t i = 0; i < v.size(); ++i) narrow(t, v[i], b.data() + i * state_bytes(t));
+  return b;
+}
+
+std::vector<float> from_state(StateType t, const std::vector<uint8_t>& b) {
+  std::vector<float> v(b.size() / state_bytes(t));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = widen(t, b.data() + i * state_bytes(t));
+  return v;
+}
+
+// One relative ulp of the storage type (2^-23, 2^-10, 2^-7): what one rounding step can
+// differ by when the GPU's and the CPU's f32 values straddle a rounding boundary.
+double state_ulp(StateType t) {
+  return t == StateType::F32 ? 0.0 : t == StateType::F16 ? 0x1p-10 : 0x1p-7;
+}
+
+// n state values of one type on the device, between off values before and pad after that
+// hold random bytes (a guard: a kernel writing past the state is caught bit for bit).
+class StateBuf {
+ public:
+  StateBuf(Context& ctx, StateType type, int64_t n, int64_t off = 0, int64_t pad = 0)
+      : type_(type),
+        n_(size_t(n)),
+        off_(size_t(off)),
+        eb_(state_bytes(type)),
+        s_(ctx.stream()),
+        host_((off_ + n_ + size_t(pad)) * eb_),
+        dev_(host_.size()) {
+    for (uint8_t& b : host_) b = static_cast<uint8_t>(ctx.rng()() >> 24);
+    upload();
+  }
+
+  DevState dev() const { return {dev_.as<uint8_t>() + off_ * eb_, type_}; }
+  StateType type() const { return type_; }
+  size_t n() const { return n_; }
+  size_t view_bytes() const { return n_ * eb_; }
+
+  // The view ← stored values (view_bytes() bytes); the guard keeps its bytes.
+  void set(const std::vector<uint8_t>& view) {
+    std::copy(view.begin(), view.end(), host_.begin() + std::ptrdiff_t(off_ * eb_));
+    upload();
+  }
+  // Everything ← 0xFF bytes (NaN in every type): an output the kernel must overwrite.
+  void poison() {
+    CUDA_CHECK(cudaMemsetAsync(dev_.get(), 0xFF, host_.size(), s_));
+    snapshot();
+  }
+  // What the device holds now becomes the reference for the guard (after a device-side fill).
+  void snapshot() { before_ = download(); }
+
+  // The view's stored bytes as on the device now.
+  std::vector<uint8_t> view() const {
+    const std::vector<uint8_t> all = download();
+    return {all.begin() + std::ptrdiff_t(off_ * eb_),
+            all.begin() + std::ptrdiff_t((off_ + n_) * eb_)};
+  }
+  // The view's bytes against `want`, bit for bit, and the guard against the snapshot.
+  Result check_bits(const std::string& op, const std::string& shape,
+                    const std::vector<uint8_t>& want) const {
+    const std::vector<uint8_t> all = download();
+    Result r = bitwise(op, shape, all.data() + off_ * eb_, want.data(), n_, eb_);
+    also(r, guard(op, shape, all));
+    return r;
+  }
+  // The view widened to f32 against an f32 reference within tol, and the guard.
+  Result check_values(const std::string& op, const std::string& shape,
+                      const std::vector<float>& ref, double tol) const {
+    const std::vector<uint8_t> all = download();
+    std::vector<float> got(n_);
+    for (size_t i = 0; i < n_; ++i) got[i] = widen(type_, all.data() + (off_ + i) * eb_);
+    Result r = compare(op, shape, got, ref, tol);
+    also(r, guard(op, shape, all));
+    return r;
+  }
+
+ private:
+  std::vector<uint8_t> download() const {
+    std::vector<uint8_t> got(host_.size());
+    CUDA_CHECK(cudaStreamSynchronize(s_));
+    CUDA_CHECK(cudaMemcpyAsync(got.data(), dev_.get(), got.size(), cudaMemcpyDeviceToHost, s_));
+    CUDA_CHECK(cudaStreamSynchronize(s_));
+    return got;
+  }
+  void upload() {
+    CUDA_CHECK(cudaMemcpyAsync(dev_.get(), host_.data(), host_.size(), cudaMemcpyHostToDevice, s_));
+    CUDA_CHECK(cudaStreamSynchronize(s_));
+    before_ = host_;
+  }
+  Result guard(const std::string& op, const std::string& shape,
+               const std::vector<uint8_t>& all) const {
+    Result r;
+    r.op = op;
+    r.shape = shape;
+    r.passed = true;
+    for (size_t i = 0; i < all.size(); ++i) {
+      if (i >= off_ * eb_ && i < (off_ + n_) * eb_) continue;
+      if (all[i] != before_[i]) {
+        r.passed = false;
+        r.error = INFINITY;
+        r.detail = fmt::format("wrote outside the state: byte {} (view bytes [{}, {}))", i,
+                               off_ * eb_, (off_ + n_) * eb_);
+        break;
+      }
+    }
+    return r;
+  }
+
+  StateType type_;
+  size_t n_, off_, eb_;
+  cudaStream_t s_;
+  std::vector<uint8_t> host_, before_;
+  DeviceBuffer dev_;
+};
 
 // ---------------------------------------------------------------------------------------------
 // Norms
@@ -421,34 +654,134 @@ void check_copies(Context& ctx, std::vector<Result>& out) {
                                       c.row0 + c.n, view_desc(c.off, 2)),
                           kTolExact));
   }
+}
 
-  struct StateCase {
+// copy_state: all nine storage-type pairs, values against the host's widen-then-round and
+// bit for bit; round trips; odd counts and offsets (the scalar path) and the Bonsai state.
+void check_state_copies(Context& ctx, std::vector<Result>& out) {
+  struct Case {
     int64_t n, src_off, dst_off;
     bool perf;
+    const char* what;
   };
-  for (const StateCase& c : {StateCase{48 * 128 * 128, 0, 0, true}, StateCase{77, 1, 3, false},
-                             StateCase{1, 3, 0, false}, StateCase{4 * 64 * 64, 0, 2, false}}) {
-    Buf src(ctx, 1, c.n, c.src_off, 0), dst(ctx, 1, c.n, c.dst_off, 1);
-    dst.poison();
-    std::copy_n(src.host_data(), c.n, dst.host_data());
-    copy_state(src.dev_data(), dst.dev_data(), c.n, ctx.stream());
-    Result r = dst.check("copy_state",
-                         fmt::format("n={} src+{} dst+{}{}", c.n, c.src_off, c.dst_off,
-                                     c.perf ? " bonsai state" : ""),
-                         kTolExact);
-    if (c.perf && ctx.perf()) {
-      const int copies = rotation_copies(2.0 * double(c.n) * 4);
-      std::vector<DeviceBuffer> srcs;
-      for (int i = 0; i < copies; ++i) {
-        srcs.emplace_back(size_t(c.n) * sizeof(float));
-        CUDA_CHECK(cudaMemsetAsync(srcs.back().get(), 0, srcs.back().bytes(), ctx.stream()));
+  const Case cases[] = {
+      {48 * 128 * 128, 0, 0, true, "bonsai state"},
+      {4 * 64 * 64, 0, 4, false, "tiny state"},
+      {77, 1, 3, false, "odd, unaligned"},
+      {1, 3, 0, false, "one"},
+  };
+  // Values every conversion must get right besides random ones: the f16 maximum and the
+  // first value that overflows it, an f16 subnormal and an underflow to zero, −0, ties to
+  // even in f16 (1 + 2^-11, 1 + 3·2^-11) and bf16 (1 + 2^-8, 1 + 3·2^-8), a large bf16.
+  const float specials[] = {
+      65504.0f,       65520.0f,          3e-6f, 1e-9f,   -0.0f,  1.0f + 0x1p-11f, 1.0f + 0x3p-11f,
+      1.0f + 0x1p-8f, -(1.0f + 0x3p-8f), 3e38f, -7.0e4f, 6.1e-5f};
+  for (const Case& c : cases) {
+    std::vector<float> values = ctx.random(size_t(c.n), -2.0f, 2.0f);
+    for (size_t i = 0; i < std::size(specials) && i < values.size(); ++i) values[i] = specials[i];
+    for (StateType from : kStateTypes) {
+      const std::vector<uint8_t> src_bits = to_state(from, values);
+      const std::vector<float> src_vals = from_state(from, src_bits);  // exact
+      StateBuf src(ctx, from, c.n, c.src_off, 1);
+      src.set(src_bits);
+      for (StateType to : kStateTypes) {
+        StateBuf dst(ctx, to, c.n, c.dst_off, 2);
+        dst.poison();
+        copy_state(src.dev(), dst.dev(), c.n, ctx.stream());
+        const std::string shape =
+            fmt::format("{} -> {} n={} src+{} dst+{} {}: widen exactly, round to nearest even",
+                        model::state_type_name(from), model::state_type_name(to), c.n, c.src_off,
+                        c.dst_off, c.what);
+        Result r = dst.check_bits("copy_state", shape, to_state(to, src_vals));
+        also(r, src.check_bits("copy_state", shape + " (source untouched)", src_bits));
+        if (c.perf && ctx.perf() && (from == StateType::F32 || to == StateType::F32)) {
+          const double bytes = double(c.n) * double(state_bytes(from) + state_bytes(to));
+          const int copies = rotation_copies(bytes);
+          std::vector<DeviceBuffer> srcs;
+          for (int i = 0; i < copies; ++i) {
+            srcs.emplace_back(size_t(c.n) * state_bytes(from));
+            CUDA_CHECK(cudaMemsetAsync(srcs.back().get(), 0, srcs.back().bytes(), ctx.stream()));
+          }
+          r.shape = fmt::format("{} -> {} {}", model::state_type_name(from),
+                                model::state_type_name(to), c.what);
+          timed(ctx, r, bytes, [&](int i) {
+            copy_state({srcs[size_t(i % copies)].get(), from}, dst.dev(), c.n, ctx.stream());
+          });
+        }
+        out.push_back(r);
       }
-      timed(ctx, r, 2.0 * double(c.n) * 4, [&](int i) {
-        copy_state(srcs[size_t(i % copies)].as<float>(), dst.dev_data(), c.n, ctx.stream());
-      });
+    }
+    // Round trips through each narrow type: f32 → T → f32 rounds once; T → f32 → T is the
+    // identity.
+    for (StateType t : {StateType::F16, StateType::BF16}) {
+      const std::vector<uint8_t> f32_bits = to_state(StateType::F32, values);
+      StateBuf a(ctx, StateType::F32, c.n, c.src_off, 1), mid(ctx, t, c.n, c.dst_off, 1);
+      StateBuf back(ctx, StateType::F32, c.n, 0, 1);
+      a.set(f32_bits);
+      mid.poison();
+      back.poison();
+      copy_state(a.dev(), mid.dev(), c.n, ctx.stream());
+      copy_state(mid.dev(), back.dev(), c.n, ctx.stream());
+      const std::vector<uint8_t> rounded = to_state(t, values);
+      out.push_back(back.check_bits("copy_state",
+                                    fmt::format("f32 -> {} -> f32 n={} {}: one rounding",
+                                                model::state_type_name(t), c.n, c.what),
+                                    to_state(StateType::F32, from_state(t, rounded))));
+      StateBuf again(ctx, t, c.n, 1, 0);
+      again.poison();
+      copy_state(back.dev(), again.dev(), c.n, ctx.stream());
+      out.push_back(again.check_bits(
+          "copy_state",
+          fmt::format("{} -> f32 -> {} n={} {}: identity", model::state_type_name(t),
+                      model::state_type_name(t), c.n, c.what),
+          rounded));
+    }
+  }
+}
+
+// concat_rows: y = [a; b] in one launch (the baseline conv's window), exact.
+void check_concat(Context& ctx, std::vector<Result>& out) {
+  struct Case {
+    int64_t a_rows, b_rows, cols, off;
+    bool perf;
+    const char* what;
+  };
+  const Case cases[] = {
+      {3, 1, 10240, 0, true, "bonsai conv window, decode"},
+      {3, 64, 10240, 0, false, "bonsai conv window, prefill 64"},
+      {3, 5, 77, 1, false, "odd, unaligned"},
+      {1, 1, 1, 0, false, "one"},
+      {7, 2, 300, 3, false, "K=8 window"},
+  };
+  for (const Case& c : cases) {
+    Buf a(ctx, c.a_rows, c.cols), b(ctx, c.b_rows, c.cols, c.off, 2);
+    Buf y(ctx, c.a_rows + c.b_rows, c.cols, c.off, 1);
+    y.poison();
+    cpu::Rows ah = a.host(), bh = b.host(), yh = y.host();
+    for (int64_t t = 0; t < c.a_rows; ++t) std::copy_n(ah.row(t), c.cols, yh.row(t));
+    for (int64_t t = 0; t < c.b_rows; ++t) std::copy_n(bh.row(t), c.cols, yh.row(c.a_rows + t));
+    concat_rows(a.dev(), b.dev(), y.dev(), ctx.stream());
+    Result r = y.check("concat_rows",
+                       fmt::format("a [{}x{}] b [{}x{}]{} {}", c.a_rows, c.cols, c.b_rows, c.cols,
+                                   view_desc(c.off, 1), c.what),
+                       kTolExact);
+    if (c.perf) {
+      timed(ctx, r, 2.0 * double((c.a_rows + c.b_rows) * c.cols) * 4,
+            [&](int) { concat_rows(a.dev(), b.dev(), y.dev(), ctx.stream()); });
     }
     out.push_back(r);
   }
+}
+
+// empty_kernel: launches and completes (gdn bench prices a dispatch with it).
+void check_empty(Context& ctx, std::vector<Result>& out) {
+  Result r;
+  r.op = "empty_kernel";
+  r.shape = "one launch, then a stream synchronise, without error";
+  empty_kernel(ctx.stream());
+  sync(ctx);
+  r.passed = true;
+  out.push_back(r);
 }
 
 void check_kv_store(Context& ctx, std::vector<Result>& out) {
@@ -579,7 +912,10 @@ void check_embed(Context& ctx, std::vector<Result>& out) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// conv_step
+// conv_step: against the CPU, and bit for bit against the sequences its fusions replace:
+//   silu fused (rung conv-inplace)  = conv_step, then unary Silu in place;
+//   state mode                      = the baseline window: concat_rows(state, x), conv_step
+//                                     without a state, copy_rows(last K-1 window rows → state).
 
 void check_conv(Context& ctx, std::vector<Result>& out) {
   struct Case {
@@ -588,8 +924,9 @@ void check_conv(Context& ctx, std::vector<Result>& out) {
     const char* what;
   };
   const Case cases[] = {
-      {1, 10240, 4, 0, 0, true, "bonsai"},
+      {1, 10240, 4, 0, 0, true, "bonsai decode"},
       {5, 10240, 4, 0, 0, false, "bonsai prefill"},
+      {64, 10240, 4, 0, 0, false, "bonsai prefill 64"},
       {1, 512, 4, 0, 0, false, "tiny"},
       {3, 512, 4, 0, 0, false, "tiny prefill"},
       {2, 77, 4, 3, 2, false, "odd"},
@@ -600,42 +937,323 @@ void check_conv(Context& ctx, std::vector<Result>& out) {
       {37, 300, 4, 0, 0, false, "long prefill"},
       {16, 70, 3, 2, 1, false, "two token batches"},
   };
+  const char* op = "conv_step";
+  const cudaStream_t s = ctx.stream();
   for (const Case& c : cases) {
-    const int64_t hist = c.K - 1;
-    Buf x(ctx, c.T, c.C, c.off, c.pad), y(ctx, c.T, c.C, 0, c.off);
+    const int64_t hist = c.K - 1, n_state = std::max<int64_t>(1, hist * c.C);
+    Buf x(ctx, c.T, c.C, c.off, c.pad);
     Buf w(ctx, 1, c.C * c.K, 0, 0, -0.5f, 0.5f);
-    Buf state(ctx, 1, std::max<int64_t>(1, hist * c.C));
-    y.poison();
-    const std::string shape =
+    Buf state0(ctx, 1, n_state);  // the history before the step
+    const std::string base =
         fmt::format("T={} C={} K={}{} {}", c.T, c.C, c.K, view_desc(c.off, c.pad), c.what);
-    cpu::conv_step(x.host(), y.host(), w.host_data(), c.K, state.host_data());
-    conv_step(x.dev(), y.dev(), w.dev_data(), c.K, state.dev_data(), ctx.stream());
-    Result r = y.check("conv_step", shape, kTolConv);
-    if (hist > 0) out.push_back(state.check("conv_step", shape + " (state)", kTolConv));
-    if (c.perf) {
-      const double bytes = double(c.C) * 4 * double(2 * c.T + c.K + 2 * hist);
-      timed(ctx, r, bytes, [&](int) {
-        conv_step(x.dev(), y.dev(), w.dev_data(), c.K, state.dev_data(), ctx.stream());
-      });
+    // The CPU reference: conv (and SiLU), the state advanced.
+    std::vector<float> y_cpu(size_t(c.T * c.C)),
+        st_cpu(state0.host_data(), state0.host_data() + n_state);
+    const cpu::Rows y_rows{y_cpu.data(), c.T, c.C, c.C};
+    cpu::conv_step(x.host(), y_rows, w.host_data(), c.K, st_cpu.data());
+    std::vector<float> y_silu_cpu = y_cpu;
+    const cpu::Rows ys_rows{y_silu_cpu.data(), c.T, c.C, c.C};
+    cpu::unary(cpu::Unary::Silu, ys_rows, ys_rows);
+    const auto state_rows = [&](Buf& b) { return DevRows{b.dev_data(), hist, c.C, c.C}; };
+    // A poisoned output whose host view holds the CPU reference.
+    const auto output = [&](bool silu, int64_t off) {
+      Buf y(ctx, c.T, c.C, 0, off);
+      const std::vector<float>& ref = silu ? y_silu_cpu : y_cpu;
+      for (int64_t t = 0; t < c.T; ++t) {
+        std::copy_n(ref.data() + t * c.C, c.C, y.host().row(t));
+      }
+      y.poison();
+      return y;
+    };
+    const auto new_state = [&]() {
+      Buf st(ctx, 1, n_state);
+      st.copy_from(state0);
+      std::copy(st_cpu.begin(), st_cpu.end(), st.host_data());  // host: the reference
+      return st;
+    };
+
+    for (const bool silu : {false, true}) {
+      const std::string name = base + (silu ? ", silu fused" : "");
+      const double tol = silu ? kTolActivation : kTolConv;
+      // The state mode (fused when silu).
+      Buf ys = output(silu, c.off), st = new_state();
+      conv_step(x.dev(), ys.dev(), w.dev_data(), c.K, st.dev_data(), silu, s);
+      Result r = ys.check(op, name + ": vs CPU", tol);
+      if (hist > 0) out.push_back(st.check(op, name + ": state vs CPU", kTolConv));
+      const std::vector<float> y_fused = ys.device_view(), st_fused = st.device_view();
+      if (silu) {  // the unfused pair: conv, then the Silu kernel in place
+        Buf yu = output(true, 0), stu = new_state();
+        conv_step(x.dev(), yu.dev(), w.dev_data(), c.K, stu.dev_data(), false, s);
+        unary(cpu::Unary::Silu, yu.dev(), yu.dev(), s);
+        Result b = bitwise(op, base + ": silu fused = conv then unary silu, bitwise", y_fused,
+                           yu.device_view());
+        also(b, bitwise(op, b.shape, st_fused, stu.device_view()));
+        out.push_back(b);
+      }
+      // The baseline window: [state; x] concatenated, conv without a state, (SiLU,) the last
+      // K-1 window rows copied into the state. With K = 1 the window is x itself.
+      {
+        Buf yw = output(silu, 1), stw = new_state();
+        Buf win(ctx, c.T + hist, c.C, c.pad, c.off);
+        win.poison();
+        DevRows window = x.dev();
+        if (hist > 0) {
+          concat_rows(state_rows(state0), x.dev(), win.dev(), s);
+          window = win.dev();
+        }
+        conv_step(window, yw.dev(), w.dev_data(), c.K, nullptr, false, s);
+        if (silu) unary(cpu::Unary::Silu, yw.dev(), yw.dev(), s);
+        if (hist > 0) copy_rows(window, c.T, state_rows(stw), s);
+        const std::string wname = name + ": baseline window (concat_rows, conv" +
+                                  (silu ? ", unary silu" : "") + ", copy_rows)";
+        out.push_back(yw.check(op, wname + " vs CPU", tol));
+        Result b = bitwise(op, wname + " = state mode, bitwise", yw.device_view(), y_fused);
+        also(b, bitwise(op, b.shape, stw.device_view(), st_fused));
+        out.push_back(b);
+        if (silu) {  // window mode with the SiLU fused too
+          Buf yw2 = output(true, 2);
+          conv_step(window, yw2.dev(), w.dev_data(), c.K, nullptr, true, s);
+          out.push_back(bitwise(op, base + ": window mode, silu fused = state mode, bitwise",
+                                yw2.device_view(), y_fused));
+        }
+        if (c.perf && !silu) {
+          Result rw = yw.check(op, base + ": window conv alone (baseline)", tol);
+          timed(ctx, rw, double(c.C) * 4 * double(2 * c.T + c.K + hist),
+                [&](int) { conv_step(window, yw.dev(), w.dev_data(), c.K, nullptr, false, s); });
+          out.push_back(rw);
+        }
+      }
+      if (c.perf) {
+        r.shape =
+            base + (silu ? ": state in place, silu fused (conv-inplace)" : ": state in place");
+        const double bytes = double(c.C) * 4 * double(2 * c.T + c.K + 2 * hist);
+        timed(ctx, r, bytes, [&](int) {
+          conv_step(x.dev(), ys.dev(), w.dev_data(), c.K, st.dev_data(), silu, s);
+        });
+      }
+      out.push_back(r);
     }
-    out.push_back(r);
   }
 }
 
 // ---------------------------------------------------------------------------------------------
-// gdn_recurrence
+// gdn_recurrence: every fusion (none, gating, l2norm, both) × state type (f32, f16, bf16) ×
+// where the state goes (in place in the slot; slot → f32 work; f32 work → slot), each
+//   * bit for bit against the unfused GPU sequence: l2_norm on q and k; sigmoid(b),
+//     add_vec(a, dt_bias), softplus, mul_vec(ssm_a); copy_state(slot → f32 work);
+//     gdn_recurrence on the work buffer in place; copy_state(work → slot) — out, the state it
+//     writes, and the state it only reads left untouched;
+//   * within tol_gdn(T) of the CPU reference (cpu/ops.h) started from the widened slot, its
+//     final state rounded as the store does (one more ulp of the storage type allowed: the
+//     GPU's and the CPU's f32 values may straddle a rounding boundary).
+
+struct GdnShape {
+  int64_t T, Hk, Hv, d;
+  bool perf;
+  std::string what;
+};
+
+void check_gdn_case(Context& ctx, std::vector<Result>& out, const GdnShape& c) {
+  const char* op = "gdn_recurrence";
+  const cudaStream_t s = ctx.stream();
+  const int64_t T = c.T, qk = c.Hk * c.d, inner = c.Hv * c.d, n_state = c.Hv * c.d * c.d;
+  const double tol = tol_gdn(T);
+
+  // q | k | v raw, as the conv output lays them out, and a copy whose q and k are normalised
+  // by the l2_norm kernel (device) and cpu::l2_norm (host: the CPU reference's inputs).
+  Buf raw(ctx, T, 2 * qk + inner), normed(ctx, T, 2 * qk + inner);
+  normed.copy_from(raw);
+  const auto split = [&](DevRows all) {
+    return std::array<DevRows, 3>{DevRows{all.data, T, qk, all.ld},
+                                  DevRows{all.data + qk, T, qk, all.ld},
+                                  DevRows{all.data + 2 * qk, T, inner, all.ld}};
+  };
+  const auto [qr, kr, vr] = split(raw.dev());
+  const auto [qn, kn, vn] = split(normed.dev());
+  l2_norm(qn, qn, c.d, kEps, s);
+  l2_norm(kn, kn, c.d, kEps, s);
+  const cpu::Rows hall = normed.host();
+  const cpu::Rows qh{hall.data, T, qk, hall.ld}, kh{hall.data + qk, T, qk, hall.ld};
+  const cpu::Rows vh{hall.data + 2 * qk, T, inner, hall.ld};
+  cpu::l2_norm(qh, qh, c.d, kEps);
+  cpu::l2_norm(kh, kh, c.d, kEps);
+
+  // Raw gating projections a, b (some a past softplus's linear threshold), dt_bias, ssm_a
+  // (= −e^A_log < 0), and the finished g, beta the unfused kernels make of them.
+  Buf a_raw(ctx, T, c.Hv, 1, 2, -6.0f, 6.0f), b_raw(ctx, T, c.Hv, 0, 1, -6.0f, 6.0f);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t h = 0; h < c.Hv; ++h) {
+      if ((t * c.Hv + h) % 11 == 5) a_raw.host().row(t)[h] = 20.5f + 0.25f * float(h % 5);
+    }
+  }
+  a_raw.upload();
+  Buf dt_bias(ctx, 1, c.Hv, 0, 0, -1.0f, 1.0f), ssm_a(ctx, 1, c.Hv, 0, 0, -2.0f, -0.05f);
+  Buf g_fin(ctx, T, c.Hv, 2, 1), b_fin(ctx, T, c.Hv, 1, 0);
+  g_fin.poison();
+  b_fin.poison();
+  unary(cpu::Unary::Sigmoid, b_raw.dev(), b_fin.dev(), s);
+  broadcast(cpu::Broadcast::Add, a_raw.dev(), dt_bias.dev_data(), g_fin.dev(), s);
+  unary(cpu::Unary::Softplus, g_fin.dev(), g_fin.dev(), s);
+  broadcast(cpu::Broadcast::Mul, g_fin.dev(), ssm_a.dev_data(), g_fin.dev(), s);
+  cpu::unary(cpu::Unary::Sigmoid, b_raw.host(), b_fin.host());
+  cpu::broadcast(cpu::Broadcast::Add, a_raw.host(), dt_bias.host_data(), g_fin.host());
+  cpu::unary(cpu::Unary::Softplus, g_fin.host(), g_fin.host());
+  cpu::broadcast(cpu::Broadcast::Mul, g_fin.host(), ssm_a.host_data(), g_fin.host());
+
+  struct Fusion {
+    bool gating, l2;
+    const char* name;
+  };
+  const Fusion fusions[] = {{false, false, "none"},
+                            {true, false, "gating"},
+                            {false, true, "l2norm"},
+                            {true, true, "gating+l2norm"}};
+  enum class Mode { InPlace, SlotToWork, WorkToSlot };
+  const std::pair<Mode, const char*> modes[] = {{Mode::InPlace, "in place"},
+                                                {Mode::SlotToWork, "slot -> f32 work"},
+                                                {Mode::WorkToSlot, "f32 work -> slot"}};
+  const std::string shape0 = fmt::format("T={} Hk={} Hv={} d={} {}", T, c.Hk, c.Hv, c.d, c.what);
+  const double io_bytes = double(T) * 4 * double(2 * qk + 2 * inner + 2 * c.Hv);
+  const std::vector<float> state_vals = ctx.random(size_t(n_state));
+
+  for (StateType st : kStateTypes) {
+    const std::vector<uint8_t> slot0 = to_state(st, state_vals);
+    const std::vector<float> start = from_state(st, slot0);  // exact
+    const std::vector<uint8_t> work0 = to_state(StateType::F32, start);
+    const std::string base = fmt::format("{}, {} state", shape0, model::state_type_name(st));
+    const double tol_slot = tol + state_ulp(st);
+
+    // The CPU reference, from the widened slot.
+    Buf o(ctx, T, inner, T % 2, 1);
+    std::vector<float> cpu_state = start;
+    cpu::gdn_recurrence(qh, kh, vh, g_fin.host(), b_fin.host(), o.host(), cpu_state.data(), c.Hk,
+                        c.Hv, c.d);
+    const std::vector<float> cpu_slot = from_state(st, to_state(st, cpu_state));
+
+    // The unfused GPU sequence.
+    StateBuf slot_u(ctx, st, n_state, 1, 1), work_u(ctx, StateType::F32, n_state, 0, 1);
+    slot_u.set(slot0);
+    work_u.poison();
+    o.poison();
+    copy_state(slot_u.dev(), work_u.dev(), n_state, s);
+    gdn_recurrence(qn, kn, vn, g_fin.dev(), b_fin.dev(), o.dev(), work_u.dev(), work_u.dev(), c.Hk,
+                   c.Hv, c.d, GdnFusion{}, s);
+    const std::vector<uint8_t> work_after = work_u.view();
+    copy_state(work_u.dev(), slot_u.dev(), n_state, s);
+    const std::vector<uint8_t> slot_after = slot_u.view();
+    const std::vector<float> out_u = o.device_view();
+    Result ru = o.check(op, base + ", unfused: out vs CPU", tol);
+    out.push_back(
+        slot_u.check_values(op, base + ", unfused: slot state vs CPU", cpu_slot, tol_slot));
+    if (c.perf && ctx.perf() && st == StateType::F32) {
+      ru.shape = shape0 + ", f32 in place, unfused";
+      const double n_bytes = double(n_state) * 4;
+      const int copies = rotation_copies(2 * n_bytes);
+      std::vector<DeviceBuffer> states;
+      for (int i = 0; i < copies; ++i) {
+        states.emplace_back(size_t(n_bytes));
+        CUDA_CHECK(cudaMemcpyAsync(states.back().get(), work0.data(), work0.size(),
+                                   cudaMemcpyHostToDevice, s));
+      }
+      timed(ctx, ru, 2 * n_bytes + io_bytes, [&](int i) {
+        const DevState sd{states[size_t(i % copies)].get(), StateType::F32};
+        gdn_recurrence(qn, kn, vn, g_fin.dev(), b_fin.dev(), o.dev(), sd, sd, c.Hk, c.Hv, c.d,
+                       GdnFusion{}, s);
+      });
+    }
+    out.push_back(ru);
+
+    for (const Fusion& f : fusions) {
+      GdnFusion fu;
+      if (f.gating) fu.dt_bias = dt_bias.dev_data(), fu.ssm_a = ssm_a.dev_data();
+      if (f.l2) fu.l2norm = true, fu.l2_eps = kEps;
+      const DevRows q = f.l2 ? qr : qn, k = f.l2 ? kr : kn, v = f.l2 ? vr : vn;
+      const DevRows g = f.gating ? a_raw.dev() : g_fin.dev();
+      const DevRows beta = f.gating ? b_raw.dev() : b_fin.dev();
+      for (const auto& [mode, mode_name] : modes) {
+        const std::string shape = fmt::format("{} {}, fused {}", base, mode_name, f.name);
+        StateBuf slot(ctx, st, n_state, 2, 1), work(ctx, StateType::F32, n_state, 1, 2);
+        slot.set(slot0);
+        o.poison();
+        Result bits, vs_cpu;
+        const std::string bits_name = shape + ": out and state bitwise vs unfused";
+        switch (mode) {
+          case Mode::InPlace:
+            gdn_recurrence(q, k, v, g, beta, o.dev(), slot.dev(), slot.dev(), c.Hk, c.Hv, c.d, fu,
+                           s);
+            bits = bitwise(op, bits_name, o.device_view(), out_u);
+            also(bits, slot.check_bits(op, bits_name, slot_after));
+            vs_cpu = slot.check_values(op, shape + ": state vs CPU", cpu_slot, tol_slot);
+            break;
+          case Mode::SlotToWork:
+            work.poison();
+            gdn_recurrence(q, k, v, g, beta, o.dev(), slot.dev(), work.dev(), c.Hk, c.Hv, c.d, fu,
+                           s);
+            bits = bitwise(op, bits_name, o.device_view(), out_u);
+            also(bits, work.check_bits(op, bits_name, work_after));
+            also(bits, slot.check_bits(op, shape + ": slot untouched", slot0));
+            vs_cpu = work.check_values(op, shape + ": state vs CPU", cpu_state, tol);
+            break;
+          case Mode::WorkToSlot:
+            copy_state(slot.dev(), work.dev(), n_state, s);  // the gather
+            work.snapshot();
+            slot.poison();
+            gdn_recurrence(q, k, v, g, beta, o.dev(), work.dev(), slot.dev(), c.Hk, c.Hv, c.d, fu,
+                           s);
+            bits = bitwise(op, bits_name, o.device_view(), out_u);
+            also(bits, slot.check_bits(op, bits_name, slot_after));
+            also(bits, work.check_bits(op, shape + ": work untouched", work0));
+            vs_cpu = slot.check_values(op, shape + ": state vs CPU", cpu_slot, tol_slot);
+            break;
+        }
+        out.push_back(o.check(op, shape + ": out vs CPU", tol));
+        out.push_back(vs_cpu);
+        if (c.perf && ctx.perf() && mode == Mode::InPlace && f.gating && f.l2) {
+          bits.shape = fmt::format("{}, {} in place, gating+l2norm fused", shape0,
+                                   model::state_type_name(st));
+          const double n_bytes = double(n_state) * double(state_bytes(st));
+          const int copies = rotation_copies(2 * n_bytes);
+          std::vector<DeviceBuffer> states;
+          for (int i = 0; i < copies; ++i) {
+            states.emplace_back(size_t(n_bytes));
+            CUDA_CHECK(cudaMemcpyAsync(states.back().get(), slot0.data(), slot0.size(),
+                                       cudaMemcpyHostToDevice, s));
+          }
+          timed(ctx, bits, 2 * n_bytes + io_bytes, [&](int i) {
+            const DevState sd{states[size_t(i % copies)].get(), st};
+            gdn_recurrence(q, k, v, g, beta, o.dev(), sd, sd, c.Hk, c.Hv, c.d, fu, s);
+          });
+        }
+        out.push_back(bits);
+      }
+    }
+
+    // Across storage types (no rung uses it, the kernel allows it): f16 slot → bf16 slot
+    // equals gather, f32 recurrence, scatter into bf16.
+    if (st == StateType::F16) {
+      StateBuf slot(ctx, st, n_state, 0, 1), other(ctx, StateType::BF16, n_state, 1, 0);
+      slot.set(slot0);
+      other.poison();
+      o.poison();
+      gdn_recurrence(qn, kn, vn, g_fin.dev(), b_fin.dev(), o.dev(), slot.dev(), other.dev(), c.Hk,
+                     c.Hv, c.d, GdnFusion{}, s);
+      const std::string name = shape0 + ", f16 slot -> bf16 slot: out and state bitwise vs unfused";
+      Result b = bitwise(op, name, o.device_view(), out_u);
+      also(b, other.check_bits(op, name,
+                               to_state(StateType::BF16, from_state(StateType::F32, work_after))));
+      also(b, slot.check_bits(op, name, slot0));
+      out.push_back(b);
+    }
+  }
+}
 
 void check_gdn(Context& ctx, std::vector<Result>& out) {
-  struct Case {
-    int64_t T, Hk, Hv, d;
-    bool perf;
-    const char* what;
-  };
   // With 132 SMs the launcher's column slices are 16 (Bonsai), 32 (Hv·d/32 >= 264: the
   // 96- and 72-head cases) and 8 (small models); d 64–256 covers every instantiated row count.
-  const Case cases[] = {
+  std::vector<GdnShape> cases = {
       {1, 16, 48, 128, true, "bonsai decode"},
       {4, 16, 48, 128, false, "bonsai prefill"},
+      {64, 16, 48, 128, false, "bonsai prefill 64"},
       {1, 16, 16, 128, false, "qwen35-0.8b"},
       {1, 2, 4, 64, false, "tiny decode"},
       {7, 2, 4, 64, false, "tiny prefill"},
@@ -648,52 +1266,14 @@ void check_gdn(Context& ctx, std::vector<Result>& out) {
       {5, 1, 3, 3, false, "d=3"},
       {2, 1, 1, 1, false, "one"},
   };
-  for (const Case& c : cases) {
-    const int64_t qk = c.Hk * c.d, inner = c.Hv * c.d;
-    // q | k | v as views of the conv output, as the decode program lays them out.
-    Buf conv(ctx, c.T, 2 * qk + inner);
-    {
-      cpu::Rows all = conv.host();
-      cpu::Rows qh{all.data, all.rows, qk, all.ld}, kh{all.data + qk, all.rows, qk, all.ld};
-      cpu::l2_norm(qh, qh, c.d, kEps);  // the recurrence is fed L2-normalised q and k
-      cpu::l2_norm(kh, kh, c.d, kEps);
-      conv.upload();
-    }
-    const DevRows dall = conv.dev();
-    const DevRows q{dall.data, c.T, qk, dall.ld}, k{dall.data + qk, c.T, qk, dall.ld};
-    const DevRows v{dall.data + 2 * qk, c.T, inner, dall.ld};
-    cpu::Rows hall = conv.host();
-    const cpu::Rows qh{hall.data, c.T, qk, hall.ld}, kh{hall.data + qk, c.T, qk, hall.ld};
-    const cpu::Rows vh{hall.data + 2 * qk, c.T, inner, hall.ld};
-    // g = softplus(·)·(−e^A_log) < 0, β = sigmoid(·) ∈ (0, 1).
-    Buf g(ctx, c.T, c.Hv, 1, 2, -2.0f, -0.01f), beta(ctx, c.T, c.Hv, 0, 1, 0.05f, 0.95f);
-    Buf o(ctx, c.T, inner, c.T % 2, 1);
-    Buf state(ctx, 1, c.Hv * c.d * c.d);
-    o.poison();
-    const std::string shape = fmt::format("T={} Hk={} Hv={} d={} {}", c.T, c.Hk, c.Hv, c.d, c.what);
-    cpu::gdn_recurrence(qh, kh, vh, g.host(), beta.host(), o.host(), state.host_data(), c.Hk, c.Hv,
-                        c.d);
-    gdn_recurrence(q, k, v, g.dev(), beta.dev(), o.dev(), state.dev_data(), c.Hk, c.Hv, c.d,
-                   ctx.stream());
-    Result r = o.check("gdn_recurrence", shape, tol_gdn(c.T));
-    out.push_back(state.check("gdn_recurrence", shape + " (state)", tol_gdn(c.T)));
-    if (c.perf && ctx.perf()) {
-      const double state_bytes = double(c.Hv * c.d * c.d) * 4;
-      const int copies = rotation_copies(2 * state_bytes);
-      std::vector<DeviceBuffer> states;
-      for (int i = 0; i < copies; ++i) {
-        states.emplace_back(size_t(state_bytes));
-        CUDA_CHECK(cudaMemcpyAsync(states.back().get(), state.dev_data(), size_t(state_bytes),
-                                   cudaMemcpyDeviceToDevice, ctx.stream()));
-      }
-      const double io = double(c.T) * 4 * double(2 * qk + 2 * inner + 2 * c.Hv);
-      timed(ctx, r, 2 * state_bytes + io, [&](int i) {
-        gdn_recurrence(q, k, v, g.dev(), beta.dev(), o.dev(),
-                       states[size_t(i % copies)].as<float>(), c.Hk, c.Hv, c.d, ctx.stream());
-      });
-    }
-    out.push_back(r);
+  // Random shapes (the seed picks them): any d up to 256, any head counts, T up to 64.
+  for (int i = 0; i < 3; ++i) {
+    std::uniform_int_distribution<int64_t> pick_d(1, 256), pick_hk(1, 4), pick_rep(1, 3),
+        pick_t(1, 64);
+    const int64_t d = pick_d(ctx.rng()), hk = pick_hk(ctx.rng()), rep = pick_rep(ctx.rng());
+    cases.push_back({pick_t(ctx.rng()), hk, hk * rep, d, false, "random shape"});
   }
+  for (const GdnShape& c : cases) check_gdn_case(ctx, out, c);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -807,6 +1387,9 @@ void add_ops_checks(Context& ctx, std::vector<Result>& out) {
   check_broadcast(ctx, out);
   check_split_heads(ctx, out);
   check_copies(ctx, out);
+  check_state_copies(ctx, out);
+  check_concat(ctx, out);
+  check_empty(ctx, out);
   check_kv_store(ctx, out);
   check_embed(ctx, out);
   check_conv(ctx, out);

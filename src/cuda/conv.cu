@@ -19,6 +19,15 @@
 // so each step (fused or not) rounds exactly as the CPU's does: the result is the CPU's bit
 // for bit. It costs nothing measurable — the kernel moves bytes, K double FMAs per element.
 // x and y must not overlap (checked).
+//
+// Fusions (rung conv-inplace and its baseline). silu: the output is detail::silu of the
+// rounded f32 sum — the Silu functor's device function on the value the unfused conv would
+// have stored, so conv + SiLU fused equals conv then unary Silu bit for bit. Window mode
+// (state == nullptr, the baseline's [state; x] concatenation): x holds the K-1 previous
+// inputs as its first rows, then the T rows of the step; the kernel reads the extended
+// sequence from x alone and writes no state. Only where an input comes from differs (state
+// row e vs window row e); the accumulation is the same code in the same order, so given the
+// same history the two modes give the same bits.
 #include <algorithm>
 
 #include "cuda/kernel_util.cuh"
@@ -33,13 +42,19 @@ constexpr int kMaxKernel = 8;     // the model uses 4
 constexpr int kTokenBatch = 8;    // rows of x loaded before the first is used
 static_assert(kTokenBatch >= kMaxKernel - 1, "a chunk past the first never reads the state");
 
+// T = y.rows tokens over the extended sequence of T + K - 1 inputs: [state; x] with a state,
+// x itself in window mode (state == nullptr, x.rows = T + K - 1). Token t's current input is
+// entry t + K - 1, its history entries t .. t + K - 2 (oldest first).
+template <bool kSilu>
 __global__ void __launch_bounds__(kConvThreads)
     conv_kernel(DevRows x, DevRows y, const float* __restrict__ w, int kernel,
                 float* __restrict__ state) {
-  const int64_t C = x.cols, T = x.rows;
+  const int64_t C = x.cols, T = y.rows;
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= C) return;
   const int hist = kernel - 1;
+  // Row of x holding extended entry hist + r (r >= -hist; r < 0 only in window mode).
+  const int64_t x_shift = state == nullptr ? hist : 0;
   const float* wc = w + c * kernel;
   const float w_cur = wc[hist];
   float wh[kMaxKernel - 1];
@@ -48,16 +63,21 @@ __global__ void __launch_bounds__(kConvThreads)
 
   for (int64_t t0 = int64_t(blockIdx.y) * kTokenBatch; t0 < T;
        t0 += int64_t(gridDim.y) * kTokenBatch) {
-    // The hist inputs before t0, oldest first: rows of x, or of the old state before row 0
-    // (extended sequence [state; x]: entry e is state row e below hist, x row e − hist above).
+    // The hist inputs before token t0, oldest first: extended entries t0 .. t0 + hist - 1,
+    // i.e. token-relative src = t0 - hist + j: x row src + x_shift when that is a row of x
+    // (always in window mode), else state row t0 + j.
     float h[kMaxKernel - 1], xb[kTokenBatch];
 #pragma unroll
     for (int j = 0; j < kMaxKernel - 1; ++j) {
       const int64_t src = t0 - hist + j;
-      h[j] = j >= hist ? 0.0f : src >= 0 ? row_ptr(x, src)[c] : state[(t0 + j) * C + c];
+      h[j] = j >= hist            ? 0.0f
+             : src + x_shift >= 0 ? row_ptr(x, src + x_shift)[c]
+                                  : state[(t0 + j) * C + c];
     }
 #pragma unroll
-    for (int b = 0; b < kTokenBatch; ++b) xb[b] = t0 + b < T ? row_ptr(x, t0 + b)[c] : 0.0f;
+    for (int b = 0; b < kTokenBatch; ++b) {
+      xb[b] = t0 + b < T ? row_ptr(x, t0 + b + x_shift)[c] : 0.0f;
+    }
 #pragma unroll
     for (int b = 0; b < kTokenBatch; ++b) {
       if (t0 + b >= T) break;
@@ -72,13 +92,14 @@ __global__ void __launch_bounds__(kConvThreads)
         if (j + 1 < hist) h[j] = h[j + 1];
         if (j == hist - 1) h[j] = xb[b];
       }
-      row_ptr(y, t0 + b)[c] = static_cast<float>(acc);
+      const float conv = static_cast<float>(acc);
+      row_ptr(y, t0 + b)[c] = kSilu ? detail::silu(conv) : conv;
     }
     // The new state is entries [T, T + hist) of the extended sequence. Only the thread of the
     // first token chunk reads the old state, so it alone writes the new one, after its reads:
     // its history registers when this chunk is the last (decode), else the last rows of x
-    // (T > kTokenBatch >= hist).
-    if (t0 == 0) {
+    // (T > kTokenBatch >= hist). Window mode writes no state.
+    if (t0 == 0 && state != nullptr) {
       const bool last = T <= kTokenBatch;
 #pragma unroll
       for (int j = 0; j < kMaxKernel - 1; ++j) {
@@ -90,25 +111,33 @@ __global__ void __launch_bounds__(kConvThreads)
 
 }  // namespace
 
-void conv_step(DevRows x, DevRows y, const float* w, int64_t kernel, float* state, cudaStream_t s) {
+void conv_step(DevRows x, DevRows y, const float* w, int64_t kernel, float* state, bool silu,
+               cudaStream_t s) {
   detail::check_view("conv_step", "x", x);
   detail::check_view("conv_step", "y", y);
-  detail::check_same_shape("conv_step", x, "x", y, "y");
-  if (kernel < 1 || kernel > kMaxKernel || w == nullptr || (kernel > 1 && state == nullptr)) {
+  const bool window = state == nullptr;
+  if (kernel < 1 || kernel > kMaxKernel || w == nullptr || x.cols != y.cols ||
+      x.rows != y.rows + (window ? kernel - 1 : 0)) {
     fail(
-        "cuda conv_step: kernel size {} over {} channels (supported 1..{}, weights and state "
-        "required)",
-        kernel, x.cols, kMaxKernel);
+        "cuda conv_step: kernel size {} (supported 1..{}, weights required) over x [{}x{}] into "
+        "y [{}x{}], {}",
+        kernel, kMaxKernel, x.rows, x.cols, y.rows, y.cols,
+        window ? "window mode (no state): x must have y.rows + K - 1 rows"
+               : "with a state: x and y must have the same shape");
   }
   // x and y may not overlap: a chunk's thread reads the rows before its chunk, which the
   // previous chunk's thread writes to y.
   const float* x_end = x.data + (x.rows - 1) * x.ld + x.cols;
   const float* y_end = y.data + (y.rows - 1) * y.ld + y.cols;
   if (x.data < y_end && y.data < x_end) fail("cuda conv_step: x and y overlap");
-  const dim3 grid(detail::ceil_div(x.cols, kConvThreads),
+  const dim3 grid(detail::ceil_div(y.cols, kConvThreads),
                   static_cast<unsigned>(
-                      std::min<int64_t>(detail::ceil_div(x.rows, kTokenBatch), detail::kMaxGridY)));
-  conv_kernel<<<grid, kConvThreads, 0, s>>>(x, y, w, static_cast<int>(kernel), state);
+                      std::min<int64_t>(detail::ceil_div(y.rows, kTokenBatch), detail::kMaxGridY)));
+  if (silu) {
+    conv_kernel<true><<<grid, kConvThreads, 0, s>>>(x, y, w, static_cast<int>(kernel), state);
+  } else {
+    conv_kernel<false><<<grid, kConvThreads, 0, s>>>(x, y, w, static_cast<int>(kernel), state);
+  }
   CUDA_CHECK_LAUNCH();
 }
 

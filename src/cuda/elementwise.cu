@@ -1,5 +1,5 @@
 // Element-wise ops, gathers and copies: embed, unary/binary/broadcast, split_heads, copy_rows,
-// kv_store, copy_state.
+// kv_store, concat_rows, copy_state, empty_kernel.
 //
 // Design: each is a thread per element (or per float4) over a rows × cols view; grid.x spans
 // the columns, grid.y the rows (looping when rows exceed the grid limit). There is no
@@ -17,11 +17,17 @@
 //
 // Arithmetic is the CPU reference's, in the same order and in f32: the only differences come
 // from expf/log1pf (a few ulp from glibc's). Copies and the embedding gather are exact.
+//
+// copy_state between storage types widens and rounds with cuda/state.cuh, the functions
+// gdn_recurrence loads and stores its state with, so gather → f32 recurrence → scatter equals
+// the fused recurrence bit for bit. A copy within one type copies the stored values (no
+// round trip through f32, so even NaN payloads survive); f32 → f32 is the plain row copy.
 #include <cuda_fp16.h>
 
 #include <algorithm>
 
 #include "cuda/kernel_util.cuh"
+#include "cuda/state.cuh"
 #include "quant/types.h"
 
 namespace gdn::cuda {
@@ -186,11 +192,14 @@ bool vec4_job(const CopyJob& j) {
          j.src_ld % 4 == 0 && j.dst_ld % 4 == 0;
 }
 
-// One or two jobs of the same shape (kv_store's K and V).
+// One or two jobs (kv_store's K and V, concat_rows' two halves): the grid covers the larger
+// of each extent; a block past a job's rows or columns does nothing for it.
 void launch_copy(const CopyJob& a, const CopyJob* b, cudaStream_t s) {
   const bool vec4 = vec4_job(a) && (!b || vec4_job(*b));
   const int n_vec = vec4 ? 4 : 1;
-  dim3 grid = grid_for(a.rows, (a.cols / n_vec + kCopyUnroll - 1) / kCopyUnroll);
+  const int64_t rows = b ? std::max(a.rows, b->rows) : a.rows;
+  const int64_t cols = b ? std::max(a.cols, b->cols) : a.cols;
+  dim3 grid = grid_for(rows, (cols / n_vec + kCopyUnroll - 1) / kCopyUnroll);
   grid.z = b ? 2 : 1;
   if (vec4) {
     copy_kernel<4><<<grid, kThreads, 0, s>>>(a, b ? *b : a);
@@ -199,6 +208,69 @@ void launch_copy(const CopyJob& a, const CopyJob* b, cudaStream_t s) {
   }
   CUDA_CHECK_LAUNCH();
 }
+
+// ---------------------------------------------------------------------------------------------
+// copy_state across storage types: kStateUnroll packs of N values per thread, all loaded
+// before the first store (as copy_kernel). A pack is N consecutive values, one aligned
+// vector load (N = 4: 16 bytes of f32, 8 of f16/bf16) when the launcher found both ends
+// aligned and n a multiple of N.
+
+constexpr int kStateUnroll = 4;
+
+template <class T, int N>
+struct alignas(sizeof(T) * N) Pack {
+  T v[N];
+};
+
+template <class Src, class Dst, int N>
+__global__ void __launch_bounds__(kThreads)
+    state_copy_kernel(const void* __restrict__ src, void* __restrict__ dst, int64_t n_packs) {
+  using SP = Pack<typename Src::T, N>;
+  using DP = Pack<typename Dst::T, N>;
+  const SP* in = static_cast<const SP*>(src);
+  DP* out = static_cast<DP*>(dst);
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i0 = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i0 < n_packs;
+       i0 += kStateUnroll * stride) {
+    SP t[kStateUnroll];
+#pragma unroll
+    for (int u = 0; u < kStateUnroll; ++u) {
+      if (i0 + u * stride < n_packs) t[u] = in[i0 + u * stride];
+    }
+#pragma unroll
+    for (int u = 0; u < kStateUnroll; ++u) {
+      if (i0 + u * stride >= n_packs) continue;
+      DP o;
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        if constexpr (Src::kType == Dst::kType) {
+          o.v[e] = t[u].v[e];  // same type: the stored value, bit for bit
+        } else {
+          o.v[e] = Dst::store(Src::load(t[u].v[e]));
+        }
+      }
+      out[i0 + u * stride] = o;
+    }
+  }
+}
+
+template <class Src, class Dst>
+void launch_state_copy(const void* src, void* dst, int64_t n, cudaStream_t s) {
+  constexpr size_t kSrc = sizeof(typename Src::T), kDst = sizeof(typename Dst::T);
+  const bool vec4 = n % 4 == 0 && reinterpret_cast<uintptr_t>(src) % (4 * kSrc) == 0 &&
+                    reinterpret_cast<uintptr_t>(dst) % (4 * kDst) == 0;
+  const int64_t n_packs = vec4 ? n / 4 : n;
+  const int64_t threads = (n_packs + kStateUnroll - 1) / kStateUnroll;
+  const unsigned blocks = static_cast<unsigned>(
+      std::min<int64_t>(detail::ceil_div(threads, kThreads), int64_t(1) << 30));
+  if (vec4) {
+    state_copy_kernel<Src, Dst, 4><<<blocks, kThreads, 0, s>>>(src, dst, n_packs);
+  } else {
+    state_copy_kernel<Src, Dst, 1><<<blocks, kThreads, 0, s>>>(src, dst, n_packs);
+  }
+}
+
+__global__ void empty() {}
 
 // ---------------------------------------------------------------------------------------------
 // split_heads: x row = per head [a (hd) | b (hd)] → ya, yb rows of H·hd. With hd a multiple
@@ -344,12 +416,55 @@ void copy_rows(DevRows x, int64_t row0, DevRows y, cudaStream_t s) {
   launch_copy({x.data + row0 * x.ld, y.data, y.rows, y.cols, x.ld, y.ld}, nullptr, s);
 }
 
-void copy_state(const float* src, float* dst, int64_t n, cudaStream_t s) {
-  if (src == nullptr || dst == nullptr || n <= 0) {
-    fail("cuda copy_state: {} floats from {} to {}", n, static_cast<const void*>(src),
-         static_cast<void*>(dst));
+void copy_state(DevState src, DevState dst, int64_t n, cudaStream_t s) {
+  const size_t src_bytes = state::value_bytes(src.type), dst_bytes = state::value_bytes(dst.type);
+  if (src.data == nullptr || dst.data == nullptr || n <= 0 || src_bytes == 0 || dst_bytes == 0) {
+    fail("cuda copy_state: {} values from {} ({}) to {} ({})", n, src.data,
+         model::state_type_name(src.type), dst.data, model::state_type_name(dst.type));
   }
-  launch_copy({src, dst, 1, n, n, n}, nullptr, s);
+  const char* s_lo = static_cast<const char*>(src.data);
+  const char* d_lo = static_cast<const char*>(dst.data);
+  if (s_lo < d_lo + size_t(n) * dst_bytes && d_lo < s_lo + size_t(n) * src_bytes) {
+    fail("cuda copy_state: {} values from {} ({}) to {} ({}) overlap", n, src.data,
+         model::state_type_name(src.type), dst.data, model::state_type_name(dst.type));
+  }
+  if (src.type == model::StateType::F32 && dst.type == model::StateType::F32) {
+    const auto* from = static_cast<const float*>(src.data);
+    launch_copy({from, static_cast<float*>(dst.data), 1, n, n, n}, nullptr, s);
+    return;
+  }
+  state::dispatch(src.type, [&](auto from) {
+    state::dispatch(dst.type, [&](auto to) {
+      launch_state_copy<decltype(from), decltype(to)>(src.data, dst.data, n, s);
+    });
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+void concat_rows(DevRows a, DevRows b, DevRows y, cudaStream_t s) {
+  detail::check_view("concat_rows", "a", a);
+  detail::check_view("concat_rows", "b", b);
+  detail::check_view("concat_rows", "y", y);
+  if (a.cols != y.cols || b.cols != y.cols || y.rows != a.rows + b.rows) {
+    fail(
+        "cuda concat_rows: a [{}x{}] and b [{}x{}] into y [{}x{}]: need equal cols and y rows "
+        "= a rows + b rows",
+        a.rows, a.cols, b.rows, b.cols, y.rows, y.cols);
+  }
+  // y may not overlap a or b: the two jobs run concurrently.
+  const auto end = [](const DevRows& v) { return v.data + (v.rows - 1) * v.ld + v.cols; };
+  const auto overlap = [&](const DevRows& u, const DevRows& v) {
+    return u.data < end(v) && v.data < end(u);
+  };
+  if (overlap(a, y) || overlap(b, y)) fail("cuda concat_rows: y overlaps an input");
+  const CopyJob ja{a.data, y.data, a.rows, a.cols, a.ld, y.ld};
+  const CopyJob jb{b.data, y.data + a.rows * y.ld, b.rows, b.cols, b.ld, y.ld};
+  launch_copy(ja, &jb, s);
+}
+
+void empty_kernel(cudaStream_t s) {
+  empty<<<1, 1, 0, s>>>();
+  CUDA_CHECK_LAUNCH();
 }
 
 void kv_store(DevRows k, DevRows v, float* k_cache, float* v_cache, int64_t kv_dim, Pos pos,

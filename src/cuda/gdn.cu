@@ -46,16 +46,52 @@
 // prefetch one token ahead instead of the cp.async ring). Bonsai prefill of 512 tokens:
 // 551 µs, ~1.1 µs a token, bound by the per-token reduction and its two barriers; 4 warps per
 // CTA instead of 8 (half the cross-warp partial sums) gave 497 µs but 4.1 µs for decode.
+// (Those numbers predate the storage types and fusions below: the f32 unfused instantiation
+// keeps the same loop, and its register count fell (Bonsai decode 54 → 47); re-measure.)
+//
+// Storage types and fusions (the ladder's GDN rungs). The state is read from state_in and
+// written to state_out (the same buffer, or two disjoint ones), each f32, f16 or bf16: a load
+// widens exactly, a store rounds to nearest even once (cuda/state.cuh, shared with
+// copy_state), and everything between is the f32 arithmetic above. Gating (dt_bias, ssm_a)
+// and q/k L2 normalisation can be fused; each reuses the unfused kernels' device code in
+// their order, so every combination is bit-identical to the unfused sequence
+//   l2_norm(q), l2_norm(k); sigmoid(b); add_vec(a, dt_bias), softplus, mul_vec(ssm_a);
+//   copy_state(slot → f32 work); gdn_recurrence(work, in place); copy_state(work → slot)
+// for these reasons:
+//   * State: a widened value is the value copy_state would have written to the f32 work
+//     buffer; the recurrence's arithmetic does not depend on where the state came from (the
+//     storage type only picks the load and the store loop, a uniform switch outside the token
+//     loop); the final rounding is the one copy_state applies to the same f32. Widening then
+//     rounding (f16 → f32 → f16) returns the stored value, so an untouched state is unchanged.
+//   * Gating: every thread recomputes β = sigmoid(b) and g = softplus(a + dt_bias[h])·ssm_a[h]
+//     with detail::sigmoid/softplus (the Sigmoid and Softplus functors' functions) and the
+//     AddVec/MulVec operations as __fadd_rn/__fmul_rn: correctly rounded like the unfused
+//     kernels' stored x + v and x·v, and never contracted into an FMA with neighbouring
+//     arithmetic (the unfused values pass through memory, so nothing could contract there).
+//   * L2 norm: q and k are staged raw; every warp computes the head's sums of squares with
+//     norm::head_sum_squares (the l2_norm kernel's canonical order, norm.cuh) and the scale
+//     with norm::l2_scale, and every read of q_i / k_i becomes __fmul_rn(x_i, scale): the value
+//     l2_norm would have stored (x·scale, correctly rounded). Each warp derives the same scale
+//     from the same smem values, so no extra barrier is needed; the cost is two warp
+//     reductions per token and one multiply per staged read.
+//   * The recurrence's own arithmetic is pinned: explicit fmaf where a product meets a sum
+//     (o = fmaf(δ, k·q, Sᵀq)), so no instantiation depends on the compiler's contraction
+//     choices.
+// f16/bf16 decode reads and writes half the bytes; with kCols ≥ 16 a warp row segment is
+// still a whole 32-byte sector (kCols = 8, small models only, uses half of one).
 #include <cuda_pipeline.h>
 
 #include <cmath>
 
 #include "cuda/kernel_util.cuh"
+#include "cuda/norm.cuh"
+#include "cuda/state.cuh"
 
 namespace gdn::cuda {
 namespace {
 
 using detail::row_ptr;
+using model::StateType;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
@@ -63,9 +99,14 @@ constexpr int kMaxD = kThreads;  // each thread stages one q and one k element
 
 struct GdnArgs {
   DevRows q, k, v, g, beta, out;
-  float* state;
+  const void* state_in;  // [Hv][d][d] of in_type
+  void* state_out;       // [Hv][d][d] of out_type (may equal state_in)
+  StateType in_type, out_type;
+  const float* dt_bias;  // gating fused when set (ssm_a set too): g, beta hold a, b
+  const float* ssm_a;
   int n_k_heads, d;
   float q_scale;  // 1/√d
+  float l2_eps;   // the fused L2 norm's eps (kL2 instantiations)
 };
 
 // Staging ring depth: token t + kStages − 1 is being copied while token t is computed.
@@ -91,11 +132,38 @@ __device__ __forceinline__ void stage_token(const GdnArgs& a, int64_t t, int h, 
   }
 }
 
-template <int kCols, int kRows>
+// This thread's state elements S[grp + kGroups·m][j] of one head, widened to f32 (zero
+// outside the d × d head).
+template <class St, int kRows, int kGroups>
+__device__ __forceinline__ void load_state(float (&s)[kRows], const void* state, int64_t head,
+                                           int d, int grp, int j, bool col_ok) {
+  const typename St::T* S = static_cast<const typename St::T*>(state) + head * d * d;
+#pragma unroll
+  for (int m = 0; m < kRows; ++m) {
+    const int i = grp + kGroups * m;
+    s[m] = col_ok && i < d ? St::load(S[int64_t(i) * d + j]) : 0.0f;
+  }
+}
+
+template <class St, int kRows, int kGroups>
+__device__ __forceinline__ void store_state(const float (&s)[kRows], void* state, int64_t head,
+                                            int d, int grp, int j, bool col_ok) {
+  typename St::T* S = static_cast<typename St::T*>(state) + head * d * d;
+#pragma unroll
+  for (int m = 0; m < kRows; ++m) {
+    const int i = grp + kGroups * m;
+    if (col_ok && i < d) S[int64_t(i) * d + j] = St::store(s[m]);
+  }
+}
+
+template <int kCols, int kRows, bool kL2>
 __global__ void __launch_bounds__(kThreads) gdn_kernel(GdnArgs a) {
   constexpr int kSub = 32 / kCols;        // row groups per warp
   constexpr int kGroups = kWarps * kSub;  // row groups per CTA
   static_assert(kCols * kSub == 32 && kRows * kGroups <= kMaxD, "slice shape");
+  using F32 = state::Storage<StateType::F32>;
+  using F16 = state::Storage<StateType::F16>;
+  using BF16 = state::Storage<StateType::BF16>;
 
   __shared__ float s_q[kStages][kMaxD], s_k[kStages][kMaxD], s_v[kStages][kCols];
   __shared__ float s_g[kStages], s_b[kStages];
@@ -107,14 +175,21 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(GdnArgs a) {
   const int c = lane % kCols, grp = warp * kSub + lane / kCols;
   const int j = col0 + c;
   const bool col_ok = j < d;
-  float* S = a.state + int64_t(h) * d * d;
 
-  float s[kRows];  // S[grp + kGroups·m][j]
-#pragma unroll
-  for (int m = 0; m < kRows; ++m) {
-    const int i = grp + kGroups * m;
-    s[m] = col_ok && i < d ? S[int64_t(i) * d + j] : 0.0f;
+  float s[kRows];       // S[grp + kGroups·m][j]
+  switch (a.in_type) {  // uniform; the load loops differ only in the element type
+    case StateType::F32:
+      load_state<F32, kRows, kGroups>(s, a.state_in, h, d, grp, j, col_ok);
+      break;
+    case StateType::F16:
+      load_state<F16, kRows, kGroups>(s, a.state_in, h, d, grp, j, col_ok);
+      break;
+    case StateType::BF16:
+      load_state<BF16, kRows, kGroups>(s, a.state_in, h, d, grp, j, col_ok);
+      break;
   }
+  const bool gating = a.dt_bias != nullptr;
+  const float dt_bias = gating ? a.dt_bias[h] : 0.0f, ssm_a = gating ? a.ssm_a[h] : 0.0f;
 
   // Zero padding (entries past d, columns past d) in every slot; ordered before any read by
   // the first B1. Exactly the entries no copy writes, so no plain store races an async one.
@@ -142,14 +217,32 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(GdnArgs a) {
     // t − 1, whose slot (refilled next) and reduction partials may now be overwritten.
     __syncthreads();
     stage(t + kStages - 1);
-    const float decay = expf(s_g[slot]), beta = s_b[slot];
+
+    // Fused gating: the Sigmoid, AddVec, Softplus and MulVec kernels' arithmetic, in order.
+    float g = s_g[slot], beta = s_b[slot];
+    if (gating) {
+      beta = detail::sigmoid(beta);
+      g = __fmul_rn(detail::softplus(__fadd_rn(g, dt_bias)), ssm_a);
+    }
+    const float decay = expf(g);
+    // Fused L2 norm: the scales l2_norm would apply to this token's q and k heads (every
+    // warp computes them from the staged raw values; read as __fmul_rn(x, scale) below).
+    const float* sq = s_q[slot];
+    const float* sk = s_k[slot];
+    float q_norm = 1.0f, k_norm = 1.0f;
+    if constexpr (kL2) {
+      q_norm = norm::l2_scale(norm::head_sum_squares(sq, d), a.l2_eps);
+      k_norm = norm::l2_scale(norm::head_sum_squares(sk, d), a.l2_eps);
+    }
+    const auto key = [&](int i) { return kL2 ? __fmul_rn(sk[i], k_norm) : sk[i]; };
+    const auto query = [&](int i) { return kL2 ? __fmul_rn(sq[i], q_norm) : sq[i]; };
 
     float kS = 0.0f, qS = 0.0f, kq = 0.0f;
 #pragma unroll
     for (int m = 0; m < kRows; ++m) {
       const int i = grp + kGroups * m;
       if (i < d) {
-        const float ki = s_k[slot][i], qi = s_q[slot][i];
+        const float ki = key(i), qi = query(i);
         s[m] *= decay;
         kS = fmaf(s[m], ki, kS);
         qS = fmaf(s[m], qi, qS);
@@ -180,41 +273,52 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(GdnArgs a) {
 #pragma unroll
     for (int m = 0; m < kRows; ++m) {
       const int i = grp + kGroups * m;
-      if (i < d) s[m] = fmaf(s_k[slot][i], delta, s[m]);
+      if (i < d) s[m] = fmaf(key(i), delta, s[m]);
     }
     if (warp == 0 && lane < kCols && col_ok) {
-      row_ptr(a.out, t)[int64_t(h) * d + j] = (qv + delta * kk) * a.q_scale;
+      row_ptr(a.out, t)[int64_t(h) * d + j] = fmaf(delta, kk, qv) * a.q_scale;
     }
   }
 
-#pragma unroll
-  for (int m = 0; m < kRows; ++m) {
-    const int i = grp + kGroups * m;
-    if (col_ok && i < d) S[int64_t(i) * d + j] = s[m];
+  switch (a.out_type) {
+    case StateType::F32:
+      store_state<F32, kRows, kGroups>(s, a.state_out, h, d, grp, j, col_ok);
+      break;
+    case StateType::F16:
+      store_state<F16, kRows, kGroups>(s, a.state_out, h, d, grp, j, col_ok);
+      break;
+    case StateType::BF16:
+      store_state<BF16, kRows, kGroups>(s, a.state_out, h, d, grp, j, col_ok);
+      break;
   }
 }
 
 // Picks the smallest instantiated kRows (4, 8, 16, 32) that covers the key dim.
 template <int kCols, int kRows>
-void launch_rows(const GdnArgs& a, int rows_needed, dim3 grid, cudaStream_t s) {
+void launch_rows(const GdnArgs& a, bool l2, int rows_needed, dim3 grid, cudaStream_t s) {
   constexpr int kGroups = kWarps * 32 / kCols;
   if constexpr (kRows * kGroups < kMaxD) {
-    if (rows_needed > kRows) return launch_rows<kCols, kRows * 2>(a, rows_needed, grid, s);
+    if (rows_needed > kRows) return launch_rows<kCols, kRows * 2>(a, l2, rows_needed, grid, s);
   }
-  gdn_kernel<kCols, kRows><<<grid, kThreads, 0, s>>>(a);
+  if (l2) {
+    gdn_kernel<kCols, kRows, true><<<grid, kThreads, 0, s>>>(a);
+  } else {
+    gdn_kernel<kCols, kRows, false><<<grid, kThreads, 0, s>>>(a);
+  }
 }
 
 template <int kCols>
-void launch_cols(const GdnArgs& a, int n_v_heads, cudaStream_t s) {
+void launch_cols(const GdnArgs& a, bool l2, int n_v_heads, cudaStream_t s) {
   constexpr int kGroups = kWarps * 32 / kCols;
   const dim3 grid(detail::ceil_div(a.d, kCols), static_cast<unsigned>(n_v_heads));
-  launch_rows<kCols, 4>(a, static_cast<int>(detail::ceil_div(a.d, kGroups)), grid, s);
+  launch_rows<kCols, 4>(a, l2, static_cast<int>(detail::ceil_div(a.d, kGroups)), grid, s);
 }
 
 }  // namespace
 
 void gdn_recurrence(DevRows q, DevRows k, DevRows v, DevRows g, DevRows beta, DevRows out,
-                    float* state, int64_t n_k_heads, int64_t n_v_heads, int64_t d, cudaStream_t s) {
+                    DevState state_in, DevState state_out, int64_t n_k_heads, int64_t n_v_heads,
+                    int64_t d, const GdnFusion& fusion, cudaStream_t s) {
   const char* op = "gdn_recurrence";
   const DevRows* views[] = {&q, &k, &v, &g, &beta, &out};
   const char* names[] = {"q", "k", "v", "g", "beta", "out"};
@@ -225,14 +329,42 @@ void gdn_recurrence(DevRows q, DevRows k, DevRows v, DevRows g, DevRows beta, De
     }
   }
   if (d < 1 || d > kMaxD || n_k_heads < 1 || n_v_heads < 1 || n_v_heads % n_k_heads != 0 ||
-      n_v_heads > detail::kMaxGridY || state == nullptr || q.cols != n_k_heads * d ||
-      k.cols != n_k_heads * d || v.cols != n_v_heads * d || out.cols != n_v_heads * d ||
-      g.cols != n_v_heads || beta.cols != n_v_heads) {
+      n_v_heads > detail::kMaxGridY || q.cols != n_k_heads * d || k.cols != n_k_heads * d ||
+      v.cols != n_v_heads * d || out.cols != n_v_heads * d || g.cols != n_v_heads ||
+      beta.cols != n_v_heads) {
     fail(
         "cuda {}: Hk {} Hv {} d {} (d <= {}, Hv a multiple of Hk) with q [{}x{}] k [{}x{}] "
         "v [{}x{}] g [{}x{}] beta [{}x{}] out [{}x{}]",
         op, n_k_heads, n_v_heads, d, kMaxD, q.rows, q.cols, k.rows, k.cols, v.rows, v.cols, g.rows,
         g.cols, beta.rows, beta.cols, out.rows, out.cols);
+  }
+  // The state: [Hv][d][d] in each buffer's storage type; one buffer of one type (in place)
+  // or two that do not overlap.
+  const size_t in_bytes = state::value_bytes(state_in.type);
+  const size_t out_bytes = state::value_bytes(state_out.type);
+  const size_t n_state = size_t(n_v_heads * d * d);
+  if (state_in.data == nullptr || state_out.data == nullptr || in_bytes == 0 || out_bytes == 0) {
+    fail(
+        "cuda {}: Hv {} d {}: state_in {} ({}) and state_out {} ({}) must be set, of type f32, "
+        "f16 or bf16",
+        op, n_v_heads, d, state_in.data, int(state_in.type), state_out.data, int(state_out.type));
+  }
+  const bool in_place = state_in.data == state_out.data && state_in.type == state_out.type;
+  const char* in_lo = static_cast<const char*>(state_in.data);
+  const char* out_lo = static_cast<const char*>(state_out.data);
+  if (!in_place && in_lo < out_lo + n_state * out_bytes && out_lo < in_lo + n_state * in_bytes) {
+    fail(
+        "cuda {}: Hv {} d {}: state_in ({}) and state_out ({}) overlap without being one buffer "
+        "of one type",
+        op, n_v_heads, d, model::state_type_name(state_in.type),
+        model::state_type_name(state_out.type));
+  }
+  if ((fusion.dt_bias == nullptr) != (fusion.ssm_a == nullptr)) {
+    fail("cuda {}: Hv {}: fused gating needs both dt_bias and ssm_a (got {} and {})", op, n_v_heads,
+         static_cast<const void*>(fusion.dt_bias), static_cast<const void*>(fusion.ssm_a));
+  }
+  if (fusion.l2norm && !(fusion.l2_eps >= 0.0f)) {
+    fail("cuda {}: Hk {} d {}: fused L2 norm eps {} must be >= 0", op, n_k_heads, d, fusion.l2_eps);
   }
   const GdnArgs a{q,
                   k,
@@ -240,19 +372,26 @@ void gdn_recurrence(DevRows q, DevRows k, DevRows v, DevRows g, DevRows beta, De
                   g,
                   beta,
                   out,
-                  state,
+                  state_in.data,
+                  state_out.data,
+                  state_in.type,
+                  state_out.type,
+                  fusion.dt_bias,
+                  fusion.ssm_a,
                   static_cast<int>(n_k_heads),
                   static_cast<int>(d),
-                  static_cast<float>(1.0 / std::sqrt(double(d)))};
+                  static_cast<float>(1.0 / std::sqrt(double(d))),
+                  fusion.l2_eps};
   // The widest column slice that still gives every SM two CTAs (more, smaller CTAs balance
   // the state's bytes across SMs; below that the narrowest slice gives the most CTAs).
   const int64_t min_ctas = 2 * int64_t(detail::sm_count());
+  const int hv = static_cast<int>(n_v_heads);
   if (n_v_heads * detail::ceil_div(d, 32) >= min_ctas) {
-    launch_cols<32>(a, static_cast<int>(n_v_heads), s);
+    launch_cols<32>(a, fusion.l2norm, hv, s);
   } else if (n_v_heads * detail::ceil_div(d, 16) >= min_ctas) {
-    launch_cols<16>(a, static_cast<int>(n_v_heads), s);
+    launch_cols<16>(a, fusion.l2norm, hv, s);
   } else {
-    launch_cols<8>(a, static_cast<int>(n_v_heads), s);
+    launch_cols<8>(a, fusion.l2norm, hv, s);
   }
   CUDA_CHECK_LAUNCH();
 }

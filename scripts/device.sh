@@ -38,7 +38,7 @@ for s in "${steps[@]}"; do
     tests) run_step tests "$bin/tests/test_cuda_backend" ;;
     lab) run_step lab "$bin/bench/gemv_lab" ;;
     bench) run_step bench "$bin/src/app/gdn" bench -r 3 --rounds 2 ;;
-    benchnographs) run_step benchnographs "$bin/src/app/gdn" bench -r 3 --rounds 2 --graphs 0 ;;
+    benchnographs) run_step benchnographs "$bin/src/app/gdn" bench -r 3 --rounds 2 --rungs all,-graphs ;;
     compare) run_step compare "$bin/src/app/gdn" eval --preset bonsai-27b --type q1_0 \
       --random-ids 128 --mode decode --compare cpu ;;
     *) echo "unknown step $s" >&2 ;;

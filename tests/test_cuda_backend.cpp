@@ -129,7 +129,7 @@ TEST(CudaGraphs, ReplayIsBitIdenticalToHostLaunches) {
   o.type = quant::Type::Q1_0;
   auto mem = synth::make_in_memory(synth::preset("tiny"), o);
   runtime::ExecutorOptions plain = kOpts;
-  plain.cuda_graphs = false;
+  plain.rungs = plain.rungs.without(model::Rung::Graphs);
   cuda::CudaExecutor with(mem->model, kOpts), without(mem->model, plain);
   const std::vector<int32_t> ids = {3, 1999, 17, 512, 4, 4, 1024, 77, 1500, 9, 600, 31};
   EXPECT_EQ(run_prefill(with, ids), run_prefill(without, ids));

@@ -107,7 +107,8 @@ TEST(Errors, ContextOverflowAndBadIdsAreRefused) {
 
 TEST(Program, BaselineGranularityIsCounted) {
   auto m = tiny(quant::Type::Q8_0);
-  const model::Program p = model::build_forward(m->model, 1, false);
+  const model::Program p =
+      model::build_forward(m->model, 1, false, {.rungs = model::Rungs::none()});
   auto count = [&](model::Op op) {
     return std::count_if(p.steps.begin(), p.steps.end(),
                          [&](const model::Step& s) { return s.op == op; });
@@ -119,7 +120,8 @@ TEST(Program, BaselineGranularityIsCounted) {
   // GDN: 4 projections + out; attention: q, k, v, o; FFN: 3 per layer; output head 1.
   EXPECT_EQ(count(model::Op::MatMul),
             5 * hp.n_recurrent() + 4 * hp.n_attention() + 3 * hp.n_layer + 1);
-  cpu::CpuExecutor ex(m->model, {.n_slots = 1, .n_ctx = 8, .n_threads = 1});
+  cpu::CpuExecutor ex(m->model,
+                      {.n_slots = 1, .n_ctx = 8, .n_threads = 1, .rungs = model::Rungs::none()});
   std::vector<float> out;
   ex.forward(std::span(kIds).first(1), 0, false, out);
   EXPECT_EQ(ex.last_dispatches(), int64_t(p.steps.size()));

@@ -1,7 +1,9 @@
 // gdn bench: prefill (pp) and decode (tg) speed, like llama-bench, with the bytes a decode
-// token must move and the dispatches the executor counted.
+// token must move and the dispatches the executor counted; --ladder compares the rungs
+// (model/rungs.h), --null-dispatches prices a dispatch.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -23,23 +25,41 @@ struct BenchArgs {
   int reps = 5;
   int rounds = 2;
   std::string output = "md";
+  bool ladder = false;
+  std::vector<int> null_dispatches;
+  bool verbose = false;
+};
+
+// One configuration of the executor: a set of rungs and a count of injected empty dispatches.
+struct Config {
+  std::string name;
+  model::Rungs rungs;
+  int nulls = 0;
 };
 
 struct Test {
   std::string name;  // "pp512", "tg128"
   bool prefill;
   int n;
-  std::vector<double> tok_s;
-  int64_t dispatches = 0;  // per forward pass
 };
 
-// Bytes a decode token must move: every weight but the embedding table, plus the GDN state
-// read and written once.
-uint64_t decode_bytes(const model::Model& m) {
+struct Result {
+  std::vector<double> tok_s;
+  runtime::DispatchCount dispatches;  // of one forward pass
+};
+
+// Bytes a decode token moves under the rungs: every weight but the embedding table, plus the
+// GDN state traffic — the recurrence reads and writes it once, and without state-inplace /
+// state-write-fused a gather (slot → f32 work) and a scatter (work → slot) each read and
+// write it once more.
+uint64_t decode_bytes(const model::Model& m, model::Rungs r) {
   const model::HParams& hp = m.hp;
-  const uint64_t state = uint64_t(hp.n_recurrent()) * hp.ssm_n_v_heads * hp.ssm_d_state *
-                         hp.ssm_d_state * sizeof(float);
-  return m.decode_weight_bytes() + 2 * state;
+  const uint64_t values =
+      uint64_t(hp.n_recurrent()) * hp.ssm_n_v_heads * hp.ssm_d_state * hp.ssm_d_state;
+  const uint64_t slot = r.state_type() == model::StateType::F32 ? 4 : 2, work = 4;
+  const bool in = r.has(model::Rung::StateInplace), out = r.has(model::Rung::StateWriteFused);
+  const uint64_t per_value = (in ? slot : work + slot + work) + (out ? slot : work + work + slot);
+  return m.decode_weight_bytes() + values * per_value;
 }
 
 std::vector<int32_t> bench_ids(int n, int64_t n_vocab) {
@@ -48,19 +68,25 @@ std::vector<int32_t> bench_ids(int n, int64_t n_vocab) {
   return ids;
 }
 
-double time_test(runtime::Executor& ex, Test& t, int64_t n_vocab) {
+void configure(runtime::Executor& ex, const Config& c) {
+  ex.set_rungs(c.rungs);
+  ex.set_null_dispatches(c.nulls);
+}
+
+// Seconds for one run of the test; records the last forward's dispatches.
+double time_test(runtime::Executor& ex, const Test& t, int64_t n_vocab, Result& r) {
   const std::vector<int32_t> ids = bench_ids(t.n, n_vocab);
   std::vector<float> logits;
   ex.reset_slot(0);
   const auto t0 = std::chrono::steady_clock::now();
   if (t.prefill) {
     ex.forward(ids, 0, false, logits);
-    t.dispatches = ex.last_dispatches();
   } else {
     for (int32_t id : ids) ex.forward(std::span<const int32_t>(&id, 1), 0, false, logits);
-    t.dispatches = ex.last_dispatches();
   }
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.dispatches = ex.last_dispatch_count();
+  return s;
 }
 
 std::pair<double, double> mean_sd(const std::vector<double>& v) {
@@ -70,71 +96,195 @@ std::pair<double, double> mean_sd(const std::vector<double>& v) {
   return {mean, v.size() > 1 ? std::sqrt(ss / double(v.size() - 1)) : 0.0};
 }
 
+// results[config][test] over rounds that visit the configurations, and the tests within
+// each, in rotated order, so drift (clocks, caches) spreads over all of them. A configuration
+// warms up (program build, graph capture) before its first timed run.
+std::vector<std::vector<Result>> measure(runtime::Executor& ex, const std::vector<Config>& configs,
+                                         const std::vector<Test>& tests, const BenchArgs& a,
+                                         int64_t n_vocab) {
+  std::vector<std::vector<Result>> res(configs.size(), std::vector<Result>(tests.size()));
+  for (const Config& c : configs) {
+    configure(ex, c);
+    Result scratch;
+    for (const Test& t : tests) time_test(ex, {t.name, t.prefill, t.prefill ? t.n : 2}, n_vocab, scratch);
+  }
+  for (int round = 0; round < a.rounds; ++round) {
+    for (size_t ci = 0; ci < configs.size(); ++ci) {
+      const size_t c = (ci + size_t(round)) % configs.size();
+      configure(ex, configs[c]);
+      for (size_t k = 0; k < tests.size(); ++k) {
+        const size_t ti = (k + size_t(round)) % tests.size();
+        Result& r = res[c][ti];
+        for (int rep = 0; rep < a.reps; ++rep) {
+          r.tok_s.push_back(tests[ti].n / time_test(ex, tests[ti], n_vocab, r));
+        }
+      }
+    }
+  }
+  return res;
+}
+
+// The ladder: the baseline, every exact rung added cumulatively (in table order) and every
+// rung alone, then the reduced-precision states on top of all exact rungs.
+std::vector<Config> ladder_configs() {
+  std::vector<Config> c{{"baseline (none)", model::Rungs::none()}};
+  model::Rungs cum;
+  for (const model::RungInfo& i : model::rung_table()) {
+    if (!i.exact) continue;
+    cum = cum.with(i.rung);
+    c.push_back({fmt::format("+ {}", i.name), cum});
+  }
+  for (const model::RungInfo& i : model::rung_table()) {
+    c.push_back({fmt::format("{} alone", i.name), model::Rungs::none().with(i.rung)});
+  }
+  for (const model::RungInfo& i : model::rung_table()) {
+    if (!i.exact) c.push_back({fmt::format("all + {}", i.name), model::Rungs::exact().with(i.rung)});
+  }
+  return c;
+}
+
+std::string dispatch_breakdown(const runtime::DispatchCount& d, double per) {
+  std::vector<std::pair<std::string, int64_t>> ops(d.by_op.begin(), d.by_op.end());
+  std::sort(ops.begin(), ops.end(), [](auto& x, auto& y) { return x.second > y.second; });
+  std::string s;
+  for (const auto& [op, n] : ops) s += fmt::format("{}{} {:.1f}", s.empty() ? "" : ", ", op, double(n) / per);
+  return s;
+}
+
+// Least squares ms/token = a + b·N over the null-dispatch counts N.
+struct Fit {
+  double intercept_ms, us_per_dispatch, r2;
+};
+Fit fit_line(const std::vector<double>& x, const std::vector<double>& y) {
+  const double n = double(x.size());
+  const double mx = std::accumulate(x.begin(), x.end(), 0.0) / n;
+  const double my = std::accumulate(y.begin(), y.end(), 0.0) / n;
+  double sxy = 0, sxx = 0, syy = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    sxy += (x[i] - mx) * (y[i] - my);
+    sxx += (x[i] - mx) * (x[i] - mx);
+    syy += (y[i] - my) * (y[i] - my);
+  }
+  const double b = sxx > 0 ? sxy / sxx : 0.0;
+  return {my - b * mx, b * 1e3, syy > 0 ? sxy * sxy / (sxx * syy) : 1.0};
+}
+
+int run_null_dispatches(runtime::Executor& ex, const BenchArgs& a, int64_t n_vocab) {
+  const model::Rungs base = ex.rungs();
+  std::vector<Config> configs;
+  for (bool graphs : {true, false}) {
+    for (int n : a.null_dispatches) {
+      const model::Rungs r = graphs ? base.with(model::Rung::Graphs) : base.without(model::Rung::Graphs);
+      configs.push_back({fmt::format("{} graphs, {} nulls", graphs ? "with" : "without", n), r, n});
+    }
+  }
+  const std::vector<Test> tests{{fmt::format("tg{}", a.n_gen), false, a.n_gen}};
+  const auto res = measure(ex, configs, tests, a, n_vocab);
+  fmt::print("| configuration | tg tok/s | ms/token | dispatches/token |\n|---|---:|---:|---:|\n");
+  for (size_t g = 0; g < 2; ++g) {
+    std::vector<double> x, y;
+    for (size_t i = 0; i < a.null_dispatches.size(); ++i) {
+      const size_t c = g * a.null_dispatches.size() + i;
+      const auto [mean, sd] = mean_sd(res[c][0].tok_s);
+      x.push_back(a.null_dispatches[i]);
+      y.push_back(1e3 / mean);
+      fmt::print("| {} | {:.2f} ± {:.2f} | {:.4f} | {} |\n", configs[c].name, mean, sd, 1e3 / mean,
+                 res[c][0].dispatches.total);
+    }
+    const Fit f = fit_line(x, y);
+    fmt::print("fit {} graphs: {:.3f} µs per dispatch (ms/token = {:.4f} + N·{:.6f}, R² = {:.4f})\n",
+               g == 0 ? "with" : "without", f.us_per_dispatch, f.intercept_ms,
+               f.us_per_dispatch / 1e3, f.r2);
+  }
+  return 0;
+}
+
 int run_bench(const BenchArgs& a) {
   // The main job: with no model given, a synthetic Bonsai-27B Q1_0 on a GPU, tiny on a CPU.
   const std::string backend = runtime::resolve_backend(a.model.backend);
   LoadedModel lm = load_model(a.model, backend == "cuda" ? "bonsai-27b" : "tiny");
   const double roofline_bw = runtime::roofline_bandwidth(backend);
-  fmt::print(stderr, "{} on {}{}\n{}\n", lm.label,
-             runtime::describe_backend(backend, a.model.threads),
-             backend == "cuda" ? (a.model.graphs ? ", CUDA graphs on" : ", CUDA graphs off") : "",
-             lm.model->hp.summary());
   runtime::Executor& ex = *lm.exec;
+  fmt::print(stderr, "{} on {}, rungs {}\n{}\n", lm.label,
+             runtime::describe_backend(backend, a.model.threads), model::format_rungs(ex.rungs()),
+             lm.model->hp.summary());
   const int64_t V = lm.model->hp.n_vocab;
-  std::vector<Test> tests;
-  if (a.n_prompt > 0) tests.push_back({fmt::format("pp{}", a.n_prompt), true, a.n_prompt, {}, 0});
-  if (a.n_gen > 0) tests.push_back({fmt::format("tg{}", a.n_gen), false, a.n_gen, {}, 0});
-  if (tests.empty()) fail("nothing to run: -p and -n are both 0");
-
-  Test warm{"warm-up", false, 2, {}, 0};
-  time_test(ex, warm, V);
-  // Rounds run the tests in rotated order so drift (clocks, caches) spreads over all of them.
-  for (int round = 0; round < a.rounds; ++round) {
-    for (size_t k = 0; k < tests.size(); ++k) {
-      Test& t = tests[(k + round) % tests.size()];
-      for (int r = 0; r < a.reps; ++r) t.tok_s.push_back(t.n / time_test(ex, t, V));
-    }
+  if (!a.null_dispatches.empty()) {
+    if (a.n_gen <= 0) fail("--null-dispatches needs a tg test (-n > 0)");
+    return run_null_dispatches(ex, a, V);
   }
+  std::vector<Test> tests;
+  if (a.n_prompt > 0) tests.push_back({fmt::format("pp{}", a.n_prompt), true, a.n_prompt});
+  if (a.n_gen > 0) tests.push_back({fmt::format("tg{}", a.n_gen), false, a.n_gen});
+  if (tests.empty()) fail("nothing to run: -p and -n are both 0");
+  const std::vector<Config> configs =
+      a.ladder ? ladder_configs() : std::vector<Config>{{model::format_rungs(ex.rungs()), ex.rungs()}};
+  const auto res = measure(ex, configs, tests, a, V);
 
-  const double mb_tok = double(decode_bytes(*lm.model)) / 1e6;
   nlohmann::json rows = nlohmann::json::array();
-  for (const Test& t : tests) {
-    const auto [mean, sd] = mean_sd(t.tok_s);
-    const double disp = t.prefill ? double(t.dispatches) / t.n : double(t.dispatches);
-    rows.push_back(
-        {{"model", lm.label},
-         {"backend", ex.name()},
-         {"test", t.name},
-         {"tok_s", mean},
-         {"tok_s_sd", sd},
-         {"runs", t.tok_s.size()},
-         {"dispatches_per_token", disp},
-         {"mb_per_token", t.prefill ? nlohmann::json() : nlohmann::json(mb_tok)},
-         {"gb_s", t.prefill ? nlohmann::json() : nlohmann::json(mb_tok * mean / 1e3)},
-         {"roofline_pct", t.prefill || roofline_bw == 0
-                              ? nlohmann::json()
-                              : nlohmann::json(100.0 * mb_tok * 1e6 * mean / roofline_bw)}});
+  double base_tg = 0.0;
+  for (size_t c = 0; c < configs.size(); ++c) {
+    const double mb_tok = double(decode_bytes(*lm.model, configs[c].rungs)) / 1e6;
+    for (size_t ti = 0; ti < tests.size(); ++ti) {
+      const Test& t = tests[ti];
+      const Result& r = res[c][ti];
+      const auto [mean, sd] = mean_sd(r.tok_s);
+      if (!t.prefill && c == 0) base_tg = mean;
+      const double per = t.prefill ? t.n : 1;
+      nlohmann::json row{{"model", lm.label},
+                         {"backend", ex.name()},
+                         {"rungs", model::format_rungs(configs[c].rungs)},
+                         {"config", configs[c].name},
+                         {"test", t.name},
+                         {"tok_s", mean},
+                         {"tok_s_sd", sd},
+                         {"runs", r.tok_s.size()},
+                         {"dispatches_per_token", double(r.dispatches.total) / per}};
+      if (!t.prefill) {
+        row["vs_baseline_pct"] = base_tg > 0 ? 100.0 * (mean / base_tg - 1.0) : 0.0;
+        row["mb_per_token"] = mb_tok;
+        row["gb_s"] = mb_tok * mean / 1e3;
+        if (roofline_bw > 0) row["roofline_pct"] = 100.0 * mb_tok * 1e6 * mean / roofline_bw;
+      }
+      nlohmann::json ops = nlohmann::json::object();
+      for (const auto& [op, n] : r.dispatches.by_op) ops[op] = double(n) / per;
+      row["dispatches_by_op"] = ops;
+      rows.push_back(row);
+    }
   }
   if (a.output == "json") {
     fmt::print("{}\n", rows.dump(2));
     return 0;
   }
   if (roofline_bw > 0) {
+    const double mb = double(decode_bytes(*lm.model, model::Rungs::exact())) / 1e6;
     fmt::print("roofline: {:.0f} GB/s measured copy bandwidth -> {:.0f} tok/s at {:.1f} MB/token\n",
-               roofline_bw / 1e9, roofline_bw / (mb_tok * 1e6), mb_tok);
+               roofline_bw / 1e9, roofline_bw / (mb * 1e6), mb);
   }
-  fmt::print("| model | backend | test | tok/s | dispatches/tok | MB/tok | GB/s | % roofline |\n");
-  fmt::print("|---|---|---|---:|---:|---:|---:|---:|\n");
+  fmt::print(
+      "| model | backend | rungs | test | tok/s | Δ vs baseline | dispatches/tok | MB/tok | GB/s | "
+      "% roofline |\n|---|---|---|---|---:|---:|---:|---:|---:|---:|\n");
+  auto num = [](const nlohmann::json& r, const char* k, const char* f) {
+    return r.contains(k) ? fmt::format(fmt::runtime(f), r[k].get<double>()) : std::string("—");
+  };
   for (const auto& r : rows) {
-    const bool tg = !r["gb_s"].is_null();
-    const bool roof = !r["roofline_pct"].is_null();
-    fmt::print("| {} | {} | {} | {:.2f} ± {:.2f} | {:.1f} | {} | {} | {} |\n",
+    fmt::print("| {} | {} | {} | {} | {:.2f} ± {:.2f} | {} | {:.1f} | {} | {} | {} |\n",
                r["model"].get<std::string>(), r["backend"].get<std::string>(),
-               r["test"].get<std::string>(), r["tok_s"].get<double>(), r["tok_s_sd"].get<double>(),
-               r["dispatches_per_token"].get<double>(),
-               tg ? fmt::format("{:.1f}", r["mb_per_token"].get<double>()) : "—",
-               tg ? fmt::format("{:.1f}", r["gb_s"].get<double>()) : "—",
-               roof ? fmt::format("{:.1f}%", r["roofline_pct"].get<double>()) : "—");
+               r["config"].get<std::string>(), r["test"].get<std::string>(),
+               r["tok_s"].get<double>(), r["tok_s_sd"].get<double>(),
+               a.ladder ? num(r, "vs_baseline_pct", "{:+.1f}%") : std::string("—"),
+               r["dispatches_per_token"].get<double>(), num(r, "mb_per_token", "{:.1f}"),
+               num(r, "gb_s", "{:.1f}"), num(r, "roofline_pct", "{:.1f}%"));
+  }
+  if (a.verbose) {
+    fmt::print("\ndispatches per token by op:\n");
+    for (size_t c = 0; c < configs.size(); ++c) {
+      for (size_t ti = 0; ti < tests.size(); ++ti) {
+        const double per = tests[ti].prefill ? tests[ti].n : 1;
+        fmt::print("  {} {}: {}\n", configs[c].name, tests[ti].name,
+                   dispatch_breakdown(res[c][ti].dispatches, per));
+      }
+    }
   }
   return 0;
 }
@@ -150,6 +300,14 @@ Run add_bench(CLI::App& app) {
   app.add_option("-r,--reps", a->reps, "repetitions per round");
   app.add_option("--rounds", a->rounds, "rounds, tests in rotated order");
   app.add_option("-o,--output", a->output, "md | json")->check(CLI::IsMember({"md", "json"}));
+  app.add_flag("--ladder", a->ladder,
+               "the ladder table: baseline, rungs added cumulatively, each rung alone, reduced "
+               "precision states on all exact rungs");
+  app.add_option("--null-dispatches", a->null_dispatches,
+                 "inject N empty kernels into every decode step for each N (comma list) and fit "
+                 "the wall cost per dispatch, with and without graphs")
+      ->delimiter(',');
+  app.add_flag("-v,--verbose", a->verbose, "dispatches per token by op kind");
   return [a] { return run_bench(*a); };
 }
 

@@ -45,9 +45,10 @@ void add_model_options(CLI::App& app, ModelArgs& args, const std::string& seed_f
   app.add_option("--backend", args.backend, "auto (cuda when a GPU is present) | cpu | cuda");
   app.add_option("-t,--threads", args.threads, "CPU threads (0: all)");
   app.add_option("-c,--ctx", args.n_ctx, "KV cache positions");
-  app.add_option("--graphs", args.graphs,
-                 "CUDA: replay each step list as a CUDA graph (1) or "
-                 "launch every kernel from the host (0)");
+  app.add_option("--rungs", args.rungs,
+                 "decode rewrites: all (every exact rung, the default), none (the baseline), or "
+                 "a list like all,-graphs or state-inplace,graphs. Rungs:\n" +
+                     model::describe_rungs());
 }
 
 LoadedModel load_model(const ModelArgs& args, const std::string& default_preset) {
@@ -71,7 +72,7 @@ LoadedModel load_model(const ModelArgs& args, const std::string& default_preset)
   runtime::ExecutorOptions eo;
   eo.n_threads = args.threads;
   eo.n_ctx = args.n_ctx;
-  eo.cuda_graphs = args.graphs;
+  eo.rungs = model::parse_rungs(args.rungs);
   eo.n_slots = args.n_slots;
   lm.exec = runtime::make_executor(args.backend, *lm.model, eo);
   // On the GPU this is the weight upload: the long part of loading a file.

@@ -25,8 +25,8 @@ struct ModelArgs {
   std::string backend = "auto";
   int threads = 0;
   int64_t n_ctx = 4096;
-  bool graphs = true;  // CUDA: replay captured graphs instead of launching every step
-  int n_slots = 1;     // set by the command, not a flag
+  std::string rungs = "all";  // the ladder's rewrites (model/rungs.h)
+  int n_slots = 1;            // set by the command, not a flag
 };
 
 // seed_flag names the synthetic model's seed option; commands whose --seed means something

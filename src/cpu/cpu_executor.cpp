@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "quant/quant.h"
 
 namespace gdn::cpu {
 
@@ -51,10 +52,41 @@ void CpuExecutor::copy_slot(int src, int dst) {
   if (src != dst) slots_[static_cast<size_t>(dst)] = from;
 }
 
+void CpuExecutor::set_null_dispatches(int n) {
+  if (n < 0) fail("null dispatches must be >= 0, got {}", n);
+  opts_.null_dispatches = n;
+}
+
+void CpuExecutor::set_rungs(model::Rungs rungs) {
+  const bool reset = rungs.state_type() != opts_.rungs.state_type();
+  opts_.rungs = rungs;
+  if (reset) {
+    for (int s = 0; s < static_cast<int>(slots_.size()); ++s) reset_slot(s);
+  }
+}
+
 const model::Program& CpuExecutor::program(int64_t n_tokens, bool all_logits) {
-  auto& p = programs_[{n_tokens, all_logits}];
-  if (!p) p = std::make_unique<model::Program>(model::build_forward(model_, n_tokens, all_logits));
+  auto& p = programs_[{n_tokens, all_logits, opts_.rungs, opts_.null_dispatches}];
+  if (!p) {
+    p = std::make_unique<model::Program>(model::build_forward(
+        model_, n_tokens, all_logits, {.rungs = opts_.rungs, .null_dispatches = opts_.null_dispatches}));
+  }
   return *p;
+}
+
+// A reduced-precision state is stored rounded (f16/bf16, round-to-nearest-even): the CUDA
+// executor's slot storage, emulated on f32 values.
+void CpuExecutor::round_state(std::vector<float>& state) const {
+  switch (opts_.rungs.state_type()) {
+    case model::StateType::F32:
+      return;
+    case model::StateType::F16:
+      for (float& v : state) v = quant::fp16_to_f32(quant::f32_to_fp16(v));
+      return;
+    case model::StateType::BF16:
+      for (float& v : state) v = quant::bf16_to_f32(quant::f32_to_bf16(v));
+      return;
+  }
 }
 
 void CpuExecutor::forward(std::span<const int32_t> ids, int slot, bool all_logits,
@@ -78,9 +110,12 @@ void CpuExecutor::run(const model::Program& p, std::span<const int32_t> ids, int
   for (size_t i = 0; i < p.buffers.size(); ++i) {
     buffers_[i].resize(static_cast<size_t>(p.buffers[i].rows * p.buffers[i].cols));
   }
-  for (const model::Step& st : p.steps) step(st, p, ids.data(), s);
+  last_count_ = {};
+  for (const model::Step& st : p.steps) {
+    step(st, p, ids.data(), s);
+    last_count_.add(model::op_name(st.op), st.op == Op::Null ? 0 : 1);
+  }
   s.n_past += p.n_tokens;
-  last_dispatches_ = static_cast<int64_t>(p.steps.size());
   const std::vector<float>& out = buffers_[static_cast<size_t>(p.logits)];
   logits.assign(out.begin(), out.end());
 }
@@ -139,9 +174,38 @@ void CpuExecutor::step(const model::Step& s, const model::Program& p, const int3
     case Op::SplitHeads:
       split_heads(in(0), view(p, s.out), view(p, s.out2), s.head_dim);
       return;
-    case Op::ConvStep:
-      conv_step(in(0), view(p, s.out), s.vec->data(), hp.ssm_conv_kernel, layer(slot.conv));
+    case Op::ConvStep: {
+      const Rows y = view(p, s.out);
+      if (s.conv_window) {
+        // The window's first K-1 rows are the history: run the step on a copy of them.
+        const Rows w = in(0);
+        const int64_t hist = hp.ssm_conv_kernel - 1;
+        std::vector<float> history(static_cast<size_t>(hist * w.cols));
+        for (int64_t r = 0; r < hist; ++r) std::copy(w.row(r), w.row(r) + w.cols, &history[r * w.cols]);
+        conv_step({w.row(hist), w.rows - hist, w.cols, w.ld}, y, s.vec->data(), hp.ssm_conv_kernel,
+                  history.data());
+      } else {
+        conv_step(in(0), y, s.vec->data(), hp.ssm_conv_kernel, layer(slot.conv));
+      }
+      if (s.fuse_silu) unary(Unary::Silu, y, y);
       return;
+    }
+    case Op::ConvConcat: {
+      const std::vector<float>& st = slot.conv.at(static_cast<size_t>(s.layer));
+      const Rows x = in(0), y = view(p, s.out);
+      const int64_t hist = hp.ssm_conv_kernel - 1;
+      for (int64_t r = 0; r < hist; ++r) std::copy(&st[r * y.cols], &st[(r + 1) * y.cols], y.row(r));
+      for (int64_t r = 0; r < x.rows; ++r) std::copy(x.row(r), x.row(r) + x.cols, y.row(hist + r));
+      return;
+    }
+    case Op::ConvSave: {
+      std::vector<float>& st = slot.conv.at(static_cast<size_t>(s.layer));
+      const Rows x = in(0);
+      for (int64_t r = 0; r < hp.ssm_conv_kernel - 1; ++r) {
+        std::copy(x.row(s.row0 + r), x.row(s.row0 + r) + x.cols, &st[r * x.cols]);
+      }
+      return;
+    }
     case Op::StateGather: {
       const std::vector<float>& st = slot.ssm.at(static_cast<size_t>(s.layer));
       std::copy(st.begin(), st.end(), view(p, s.out).data);
@@ -151,14 +215,12 @@ void CpuExecutor::step(const model::Step& s, const model::Program& p, const int3
       std::vector<float>& st = slot.ssm.at(static_cast<size_t>(s.layer));
       const float* src = in(0).data;
       std::copy(src, src + st.size(), st.begin());
+      round_state(st);
       return;
     }
-    case Op::GdnRecurrence: {
-      float* state = s.out2.valid() ? view(p, s.out2).data : layer(slot.ssm);
-      gdn_recurrence(in(0), in(1), in(2), in(3), in(4), view(p, s.out), state, hp.ssm_n_k_heads,
-                     hp.ssm_n_v_heads, s.head_dim);
+    case Op::GdnRecurrence:
+      gdn_step(s, p, slot);
       return;
-    }
     case Op::Rope:
       rope(view(p, s.out), s.head_dim, hp.n_rot, hp.rope_theta, slot.n_past);
       return;
@@ -183,8 +245,102 @@ void CpuExecutor::step(const model::Step& s, const model::Program& p, const int3
       }
       return;
     }
+    case Op::MatMulFused:
+      fused_matmul(s, p);
+      return;
+    case Op::Null:
+      return;
   }
   fail("cpu executor: op {} is not implemented", model::op_name(s.op));
+}
+
+namespace {
+
+// Rows over a scratch vector of rows × cols floats.
+Rows scratch(std::vector<float>& v, int64_t rows, int64_t cols) {
+  v.resize(static_cast<size_t>(rows * cols));
+  return {v.data(), rows, cols, cols};
+}
+
+Rows copy_of(Rows x, std::vector<float>& v) {
+  const Rows y = scratch(v, x.rows, x.cols);
+  for (int64_t r = 0; r < x.rows; ++r) std::copy(x.row(r), x.row(r) + x.cols, y.row(r));
+  return y;
+}
+
+}  // namespace
+
+// The recurrence with its rung variants, composed from the unfused reference ops: the fused
+// CUDA kernel must equal exactly this composition.
+void CpuExecutor::gdn_step(const model::Step& s, const model::Program& p, Slot& slot) {
+  const model::HParams& hp = model_.hp;
+  Rows q = view(p, s.in[0]), k = view(p, s.in[1]), g = view(p, s.in[3]), b = view(p, s.in[4]);
+  if (s.fuse_l2norm) {
+    q = copy_of(q, tmp_[0]);
+    k = copy_of(k, tmp_[1]);
+    l2_norm(q, q, s.head_dim, s.eps);
+    l2_norm(k, k, s.head_dim, s.eps);
+  }
+  if (s.fuse_gating) {
+    b = copy_of(b, tmp_[2]);
+    g = copy_of(g, tmp_[3]);
+    unary(Unary::Sigmoid, b, b);
+    broadcast(Broadcast::Add, g, s.vec->data(), g);
+    unary(Unary::Softplus, g, g);
+    broadcast(Broadcast::Mul, g, s.vec2->data(), g);
+  }
+  std::vector<float>& slot_state = slot.ssm.at(static_cast<size_t>(s.layer));
+  const int64_t n = static_cast<int64_t>(slot_state.size());
+  float* in_state = s.state_in_slot ? slot_state.data() : view(p, s.out2).data;
+  float* out_state = s.state_out_slot ? slot_state.data() : view(p, s.out2).data;
+  if (in_state != out_state) std::copy(in_state, in_state + n, out_state);
+  gdn_recurrence(q, k, view(p, s.in[2]), g, b, view(p, s.out), out_state, hp.ssm_n_k_heads,
+                 hp.ssm_n_v_heads, s.head_dim);
+  if (s.state_out_slot) round_state(slot_state);
+}
+
+// MatMulFused composed from the unfused reference ops (what the fused CUDA kernel equals).
+void CpuExecutor::fused_matmul(const model::Step& s, const model::Program& p) {
+  const Rows x0 = view(p, s.in[0]);
+  Rows x = scratch(tmp_[0], x0.rows, x0.cols);
+  switch (s.prologue) {
+    case model::Prologue::None:
+      x = copy_of(x0, tmp_[0]);
+      break;
+    case model::Prologue::RmsNorm:
+      rms_norm(x0, x, s.vec->data(), x0.cols, s.eps);
+      break;
+    case model::Prologue::HeadRmsNormSiluGate:
+      rms_norm(x0, x, s.vec->data(), s.head_dim, s.eps);
+      binary(Binary::SiluMul, x, view(p, s.in[1]), x);
+      break;
+    case model::Prologue::SigmoidGate:
+      binary(Binary::SigmoidMul, x0, view(p, s.in[1]), x);
+      break;
+  }
+  const int n = s.n_mats();
+  switch (s.epilogue) {
+    case model::Epilogue::Store:
+      for (int i = 0; i < n; ++i) {
+        mat_mul(*s.mats[static_cast<size_t>(i)], x, view(p, s.mouts[static_cast<size_t>(i)]), pool_,
+                opts_.q8_activations);
+      }
+      return;
+    case model::Epilogue::AddInto: {
+      const Rows y = scratch(tmp_[1], x.rows, s.mats[0]->n_out);
+      mat_mul(*s.mats[0], x, y, pool_, opts_.q8_activations);
+      binary(Binary::Add, y, y, view(p, s.mouts[0]));
+      return;
+    }
+    case model::Epilogue::SiluMulPair: {
+      const Rows gate = scratch(tmp_[1], x.rows, s.mats[0]->n_out);
+      const Rows up = scratch(tmp_[2], x.rows, s.mats[1]->n_out);
+      mat_mul(*s.mats[0], x, gate, pool_, opts_.q8_activations);
+      mat_mul(*s.mats[1], x, up, pool_, opts_.q8_activations);
+      binary(Binary::SiluMul, up, gate, view(p, s.mouts[0]));
+      return;
+    }
+  }
 }
 
 }  // namespace gdn::cpu

@@ -3,6 +3,7 @@
 
 #include <map>
 #include <memory>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -14,7 +15,8 @@
 namespace gdn::cpu {
 
 // One sequence's caches. Attention layers: K and V [n_ctx][Hkv·D]; GDN layers: conv history
-// [K-1][conv_dim] and the recurrent state [Hv][dk][dv], all f32.
+// [K-1][conv_dim] and the recurrent state [Hv][dk][dv], all f32 (with state-f16/bf16 the
+// state's values are rounded to that type whenever they are stored into the slot).
 struct Slot {
   std::vector<std::vector<float>> k, v, conv, ssm;  // indexed by layer (empty when unused)
   int64_t n_past = 0;
@@ -30,7 +32,9 @@ class CpuExecutor : public runtime::Executor {
   int64_t n_past(int slot) const override { return slot_at(slot).n_past; }
   void reset_slot(int slot) override;
   void copy_slot(int src, int dst) override;
-  int64_t last_dispatches() const override { return last_dispatches_; }
+  void set_rungs(model::Rungs rungs) override;
+  model::Rungs rungs() const override { return opts_.rungs; }
+  void set_null_dispatches(int n) override;
 
   // Runs one program directly (tests use this to compare programs).
   void run(const model::Program& p, std::span<const int32_t> ids, int slot,
@@ -41,14 +45,17 @@ class CpuExecutor : public runtime::Executor {
   void step(const model::Step& s, const model::Program& p, const int32_t* ids, Slot& slot);
   Rows view(const model::Program& p, const model::View& v);
   const model::Program& program(int64_t n_tokens, bool all_logits);
+  void gdn_step(const model::Step& s, const model::Program& p, Slot& slot);
+  void fused_matmul(const model::Step& s, const model::Program& p);
+  void round_state(std::vector<float>& state) const;
 
   const model::Model& model_;
   runtime::ExecutorOptions opts_;
   ThreadPool pool_;
   std::vector<Slot> slots_;
-  std::map<std::pair<int64_t, bool>, std::unique_ptr<model::Program>> programs_;
+  std::map<std::tuple<int64_t, bool, model::Rungs, int>, std::unique_ptr<model::Program>> programs_;
   std::vector<std::vector<float>> buffers_;
-  int64_t last_dispatches_ = 0;
+  std::vector<float> tmp_[4];  // fused steps' intermediates
 };
 
 }  // namespace gdn::cpu

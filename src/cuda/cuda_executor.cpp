@@ -25,6 +25,34 @@ CudaExecutor::~CudaExecutor() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
+void CudaExecutor::set_null_dispatches(int n) {
+  if (n < 0) fail("null dispatches must be >= 0, got {}", n);
+  opts_.null_dispatches = n;
+}
+
+void CudaExecutor::set_rungs(model::Rungs rungs) {
+  const bool new_state_type = rungs.state_type() != opts_.rungs.state_type();
+  opts_.rungs = rungs;
+  if (!new_state_type) return;
+  // The slots' state buffers change size and type: graphs captured on the old ones must go.
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g.exec);
+  graphs_.clear();
+  for (int s = 0; s < static_cast<int>(slots_.size()); ++s) reset_slot(s);
+}
+
+namespace {
+
+size_t state_bytes(model::StateType t) {
+  return t == model::StateType::F32 ? sizeof(float) : sizeof(uint16_t);
+}
+
+}  // namespace
+
+DevState CudaExecutor::slot_state(Slot& slot, int64_t layer) const {
+  return {slot.ssm.at(static_cast<size_t>(layer)).get(), opts_.rungs.state_type()};
+}
+
 // Every matrix and vector a program can reference, uploaded once; programs later look them
 // up by the address of the model's field, so a step can never reach a stale copy.
 void CudaExecutor::upload_weights() {
@@ -77,15 +105,15 @@ void CudaExecutor::reset_slot(int slot) {
   s.v.resize(n_layer);
   s.conv.resize(n_layer);
   s.ssm.resize(n_layer);
-  auto zeroed = [&](DeviceBuffer& b, int64_t floats) {
-    if (b.bytes() != size_t(floats) * sizeof(float))
-      b = DeviceBuffer(size_t(floats) * sizeof(float));
-    CUDA_CHECK(cudaMemsetAsync(b.get(), 0, b.bytes(), stream_));
+  auto zeroed = [&](DeviceBuffer& b, int64_t values, size_t value_bytes) {
+    if (b.bytes() != size_t(values) * value_bytes) b = DeviceBuffer(size_t(values) * value_bytes);
+    CUDA_CHECK(cudaMemsetAsync(b.get(), 0, b.bytes(), stream_));  // 0 in every state type
   };
   for (size_t il = 0; il < n_layer; ++il) {
     if (hp.is_recurrent(static_cast<int64_t>(il))) {
-      zeroed(s.conv[il], (hp.ssm_conv_kernel - 1) * hp.conv_dim());
-      zeroed(s.ssm[il], hp.ssm_n_v_heads * hp.ssm_d_state * hp.ssm_d_state);
+      zeroed(s.conv[il], (hp.ssm_conv_kernel - 1) * hp.conv_dim(), sizeof(float));
+      zeroed(s.ssm[il], hp.ssm_n_v_heads * hp.ssm_d_state * hp.ssm_d_state,
+             state_bytes(opts_.rungs.state_type()));
     } else {
       // The KV cache needs no clearing: attention reads only positions already written.
       if (!s.k[il].get()) s.k[il] = DeviceBuffer(size_t(opts_.n_ctx * hp.kv_dim()) * sizeof(float));
@@ -124,10 +152,11 @@ void CudaExecutor::copy_slot(int src, int dst) {
 }
 
 CudaExecutor::ProgramMem& CudaExecutor::program(int64_t n_tokens, bool all_logits) {
-  ProgramMem& pm = programs_[{n_tokens, all_logits}];
+  ProgramMem& pm = programs_[{n_tokens, all_logits, opts_.rungs, opts_.null_dispatches}];
   if (!pm.program) {
-    pm.program =
-        std::make_unique<model::Program>(model::build_forward(model_, n_tokens, all_logits));
+    pm.program = std::make_unique<model::Program>(model::build_forward(
+        model_, n_tokens, all_logits,
+        {.rungs = opts_.rungs, .null_dispatches = opts_.null_dispatches}));
     for (const model::BufferSpec& b : pm.program->buffers) {
       pm.buffers.emplace_back(size_t(b.rows * b.cols) * sizeof(float));
     }
@@ -146,11 +175,11 @@ void CudaExecutor::forward(std::span<const int32_t> ids, int slot, bool all_logi
          opts_.n_ctx);
   }
   ProgramMem& pm = program(T, all_logits);
-  int64_t dispatches = 0;
-  if (opts_.cuda_graphs) {
-    dispatches = run_graph(pm, T, all_logits, slot, ids, s);
+  last_count_ = {};
+  if (opts_.rungs.has(model::Rung::Graphs)) {
+    run_graph(pm, T, all_logits, slot, ids, s);
   } else {
-    for (const model::Step& st : pm.program->steps) dispatches += step(st, pm, ids, s);
+    for (const model::Step& st : pm.program->steps) step(st, pm, ids, s, last_count_);
   }
   const model::BufferSpec& out = pm.program->buffers[static_cast<size_t>(pm.program->logits)];
   logits.resize(static_cast<size_t>(out.rows * out.cols));
@@ -159,29 +188,28 @@ void CudaExecutor::forward(std::span<const int32_t> ids, int slot, bool all_logi
                              logits.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   s.n_past += T;
-  last_dispatches_ = dispatches;
 }
 
 // The embedding gather (host work) runs first; the rest of the program is replayed from a
 // graph captured on first use, with the position copied to device memory before each replay.
-int64_t CudaExecutor::run_graph(ProgramMem& pm, int64_t T, bool all_logits, int slot,
-                                std::span<const int32_t> ids, Slot& s) {
+void CudaExecutor::run_graph(ProgramMem& pm, int64_t T, bool all_logits, int slot,
+                             std::span<const int32_t> ids, Slot& s) {
   const std::vector<model::Step>& steps = pm.program->steps;
   if (steps.empty() || steps.front().op != Op::Embed) {
     fail("cuda graphs: the program must start with its embedding step");
   }
-  int64_t dispatches = step(steps.front(), pm, ids, s);
+  step(steps.front(), pm, ids, s, last_count_);
   pos_host_ = static_cast<int32_t>(s.n_past);
   CUDA_CHECK(cudaMemcpyAsync(pos_dev_.get(), &pos_host_, sizeof(int32_t), cudaMemcpyHostToDevice,
                              stream_));
-  Graph& g = graphs_[{T, all_logits, slot}];
+  Graph& g = graphs_[{T, all_logits, slot, opts_.rungs, opts_.null_dispatches}];
   if (!g.exec) {
     workspace_.reserve(max_n_in_, T);
     CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     capturing_ = true;
-    int64_t captured = 0;
+    runtime::DispatchCount captured;
     try {
-      for (size_t i = 1; i < steps.size(); ++i) captured += step(steps[i], pm, ids, s);
+      for (size_t i = 1; i < steps.size(); ++i) step(steps[i], pm, ids, s, captured);
     } catch (...) {
       capturing_ = false;
       cudaGraph_t broken = nullptr;
@@ -198,7 +226,7 @@ int64_t CudaExecutor::run_graph(ProgramMem& pm, int64_t T, bool all_logits, int 
     g.dispatches = captured;
   }
   CUDA_CHECK(cudaGraphLaunch(g.exec, stream_));
-  return dispatches + g.dispatches;
+  for (const auto& [op, n] : g.dispatches.by_op) last_count_.add(op, n);
 }
 
 // Inside a graph the position comes from device memory. Both paths size their launches by
@@ -226,9 +254,14 @@ const float* CudaExecutor::vec(const std::vector<float>* v) const {
   return it->second.as<float>();
 }
 
+void CudaExecutor::step(const model::Step& s, ProgramMem& pm, std::span<const int32_t> ids,
+                        Slot& slot, runtime::DispatchCount& count) {
+  count.add(model::op_name(s.op), launch(s, pm, ids, slot));
+}
+
 // Returns the kernel launches (dispatches) the step made.
-int CudaExecutor::step(const model::Step& s, ProgramMem& pm, std::span<const int32_t> ids,
-                       Slot& slot) {
+int CudaExecutor::launch(const model::Step& s, ProgramMem& pm, std::span<const int32_t> ids,
+                         Slot& slot) {
   const model::HParams& hp = model_.hp;
   auto in = [&](int i) { return view(pm, s.in[static_cast<size_t>(i)]); };
   auto out = [&] { return view(pm, s.out); };
@@ -295,24 +328,29 @@ int CudaExecutor::step(const model::Step& s, ProgramMem& pm, std::span<const int
       split_heads(in(0), out(), view(pm, s.out2), s.head_dim, stream_);
       return 1;
     case Op::ConvStep:
-      conv_step(in(0), out(), vec(s.vec), hp.ssm_conv_kernel, layer(slot.conv), stream_);
+      conv_step(in(0), out(), vec(s.vec), hp.ssm_conv_kernel,
+                s.conv_window ? nullptr : layer(slot.conv), s.fuse_silu, stream_);
       return 1;
-    case Op::StateGather: {
-      const DeviceBuffer& st = slot.ssm.at(static_cast<size_t>(s.layer));
-      copy_state(st.as<float>(), out().data, int64_t(st.bytes() / sizeof(float)), stream_);
-      return 1;
-    }
-    case Op::StateScatter: {
-      DeviceBuffer& st = slot.ssm.at(static_cast<size_t>(s.layer));
-      copy_state(in(0).data, st.as<float>(), int64_t(st.bytes() / sizeof(float)), stream_);
+    case Op::ConvConcat: {
+      const DevRows x = in(0);
+      concat_rows({layer(slot.conv), hp.ssm_conv_kernel - 1, x.cols, x.cols}, x, out(), stream_);
       return 1;
     }
-    case Op::GdnRecurrence: {
-      float* state = s.out2.valid() ? view(pm, s.out2).data : layer(slot.ssm);
-      gdn_recurrence(in(0), in(1), in(2), in(3), in(4), out(), state, hp.ssm_n_k_heads,
-                     hp.ssm_n_v_heads, s.head_dim, stream_);
+    case Op::ConvSave: {
+      const DevRows x = in(0);
+      copy_rows(x, s.row0, {layer(slot.conv), hp.ssm_conv_kernel - 1, x.cols, x.cols}, stream_);
       return 1;
     }
+    case Op::StateGather:
+      copy_state(slot_state(slot, s.layer), {out().data, model::StateType::F32}, out().cols,
+                 stream_);
+      return 1;
+    case Op::StateScatter:
+      copy_state({in(0).data, model::StateType::F32}, slot_state(slot, s.layer), in(0).cols,
+                 stream_);
+      return 1;
+    case Op::GdnRecurrence:
+      return recurrence(s, pm, slot);
     case Op::Rope:
       rope(out(), s.head_dim, hp.n_rot, hp.rope_theta, position(slot, out().rows), stream_);
       return 1;
@@ -327,8 +365,76 @@ int CudaExecutor::step(const model::Step& s, ProgramMem& pm, std::span<const int
     case Op::CopyRows:
       copy_rows(in(0), s.row0, out(), stream_);
       return 1;
+    case Op::MatMulFused:
+      return fused_matmul(s, pm);
+    case Op::Null:
+      empty_kernel(stream_);
+      return 1;
   }
   fail("cuda executor: op {} is not supported", model::op_name(s.op));
+}
+
+int CudaExecutor::recurrence(const model::Step& s, ProgramMem& pm, Slot& slot) {
+  const model::HParams& hp = model_.hp;
+  auto in = [&](size_t i) { return view(pm, s.in[i]); };
+  const DevState work = s.out2.valid() ? DevState{view(pm, s.out2).data, model::StateType::F32}
+                                       : DevState{nullptr, model::StateType::F32};
+  const DevState st_in = s.state_in_slot ? slot_state(slot, s.layer) : work;
+  const DevState st_out = s.state_out_slot ? slot_state(slot, s.layer) : work;
+  if (!st_in.data || !st_out.data) {
+    fail("cuda executor: gdn_recurrence L{} has no work buffer for its state", s.layer);
+  }
+  GdnFusion f;
+  if (s.fuse_gating) {
+    f.dt_bias = vec(s.vec);
+    f.ssm_a = vec(s.vec2);
+  }
+  f.l2norm = s.fuse_l2norm;
+  f.l2_eps = s.eps;
+  gdn_recurrence(in(0), in(1), in(2), in(3), in(4), view(pm, s.out), st_in, st_out,
+                 hp.ssm_n_k_heads, hp.ssm_n_v_heads, s.head_dim, f, stream_);
+  return 1;
+}
+
+// One launch per kernel family among the step's matrices (Bonsai's qkv+z are Q1_0, beta+alpha
+// BF16: two launches). An epilogue that combines matrices needs them in one launch.
+int CudaExecutor::fused_matmul(const model::Step& s, ProgramMem& pm) {
+  const int n = s.n_mats();
+  const DevRows x = view(pm, s.in[0]);
+  if (x.rows != 1) fail("cuda executor: mat_mul_fused runs one token, got {}", x.rows);
+  FusedGemv base;
+  base.prologue = s.prologue;
+  base.epilogue = s.epilogue;
+  base.x = x.data;
+  base.gate = s.in[1].valid() ? view(pm, s.in[1]).data : nullptr;
+  base.norm = s.vec ? vec(s.vec) : nullptr;
+  base.head_dim = s.head_dim;
+  base.eps = s.eps;
+  int launches = 0;
+  std::vector<bool> done(static_cast<size_t>(n), false);
+  for (int i = 0; i < n; ++i) {
+    if (done[static_cast<size_t>(i)]) continue;
+    FusedGemv f = base;
+    const int family = fused_family(matrix(s.mats[static_cast<size_t>(i)]).type);
+    for (int j = i; j < n; ++j) {
+      const GpuMatrix& w = matrix(s.mats[static_cast<size_t>(j)]);
+      if (done[static_cast<size_t>(j)] || fused_family(w.type) != family) continue;
+      done[static_cast<size_t>(j)] = true;
+      f.w[f.n] = &w;
+      f.y[f.n] = s.epilogue == model::Epilogue::Store
+                     ? view(pm, s.mouts[static_cast<size_t>(j)]).data
+                     : (f.n == 0 ? view(pm, s.mouts[0]).data : nullptr);
+      ++f.n;
+    }
+    if (f.n != n && s.epilogue != model::Epilogue::Store) {
+      fail("cuda executor: mat_mul_fused with a combining epilogue needs its matrices in one "
+           "kernel family ({} has {} of {})",
+           s.mats[0]->name, f.n, n);
+    }
+    matmul_fused(f, stream_);
+    ++launches;
+  }
+  return launches;
 }
 
 }  // namespace gdn::cuda

@@ -1,7 +1,9 @@
-// The CUDA executor at baseline granularity: one launch per program step, as llama.cpp
-// dispatches it. Weights are uploaded once in their stored bit width (repacked for the
-// kernels); caches live on the GPU in per-sequence slots. A step this executor cannot run is
-// refused with its op, types and shapes — there is no fallback to another kernel or the CPU.
+// The CUDA executor: one launch per program step (a fused step: one launch per kernel family
+// of its matrices), or the whole program replayed as a CUDA graph (rung `graphs`). Weights
+// are uploaded once in their stored bit width (repacked for the kernels); caches live on the
+// GPU in per-sequence slots, the recurrent state in the rungs' storage type. A step this
+// executor cannot run is refused with its op, types and shapes — there is no fallback to
+// another kernel or the CPU.
 #pragma once
 
 #include <map>
@@ -30,7 +32,9 @@ class CudaExecutor : public runtime::Executor {
   int64_t n_past(int slot) const override { return slot_at(slot).n_past; }
   void reset_slot(int slot) override;
   void copy_slot(int src, int dst) override;
-  int64_t last_dispatches() const override { return last_dispatches_; }
+  void set_rungs(model::Rungs rungs) override;
+  model::Rungs rungs() const override { return opts_.rungs; }
+  void set_null_dispatches(int n) override;
 
   // Bytes of weights resident on the GPU.
   size_t weight_bytes() const { return weight_bytes_; }
@@ -38,7 +42,7 @@ class CudaExecutor : public runtime::Executor {
  private:
   // One sequence's caches on the GPU, per layer (empty buffers where a layer has none).
   struct Slot {
-    std::vector<DeviceBuffer> k, v, conv, ssm;
+    std::vector<DeviceBuffer> k, v, conv, ssm;  // ssm in the rungs' state storage type
     int64_t n_past = 0;
   };
   // The device buffers of one program (one per BufferSpec).
@@ -50,7 +54,13 @@ class CudaExecutor : public runtime::Executor {
   const Slot& slot_at(int slot) const;
   ProgramMem& program(int64_t n_tokens, bool all_logits);
   void upload_weights();
-  int step(const model::Step& s, ProgramMem& pm, std::span<const int32_t> ids, Slot& slot);
+  // Runs (or captures) one step; adds its launches to `count`.
+  void step(const model::Step& s, ProgramMem& pm, std::span<const int32_t> ids, Slot& slot,
+            runtime::DispatchCount& count);
+  int launch(const model::Step& s, ProgramMem& pm, std::span<const int32_t> ids, Slot& slot);
+  int fused_matmul(const model::Step& s, ProgramMem& pm);
+  int recurrence(const model::Step& s, ProgramMem& pm, Slot& slot);
+  DevState slot_state(Slot& slot, int64_t layer) const;
   DevRows view(ProgramMem& pm, const model::View& v) const;
   const GpuMatrix& matrix(const model::Matrix* m) const;
   const float* vec(const std::vector<float>* v) const;
@@ -59,10 +69,10 @@ class CudaExecutor : public runtime::Executor {
   // before it on the host.
   struct Graph {
     cudaGraphExec_t exec = nullptr;
-    int64_t dispatches = 0;
+    runtime::DispatchCount dispatches;
   };
-  int64_t run_graph(ProgramMem& pm, int64_t T, bool all_logits, int slot,
-                    std::span<const int32_t> ids, Slot& s);
+  void run_graph(ProgramMem& pm, int64_t T, bool all_logits, int slot,
+                 std::span<const int32_t> ids, Slot& s);
   Pos position(const Slot& slot, int64_t n_tokens) const;
 
   const model::Model& model_;
@@ -71,16 +81,15 @@ class CudaExecutor : public runtime::Executor {
   std::unordered_map<const model::Matrix*, GpuMatrix> matrices_;
   std::unordered_map<const std::vector<float>*, DeviceBuffer> vectors_;
   std::vector<Slot> slots_;
-  std::map<std::pair<int64_t, bool>, ProgramMem> programs_;
+  std::map<std::tuple<int64_t, bool, model::Rungs, int>, ProgramMem> programs_;
   MatmulWorkspace workspace_;
   std::vector<float> embed_host_;  // embedding rows gathered on the host (see step())
-  std::map<std::tuple<int64_t, bool, int>, Graph> graphs_;
+  std::map<std::tuple<int64_t, bool, int, model::Rungs, int>, Graph> graphs_;
   DeviceBuffer pos_dev_;    // int32 position read by graph-captured kernels
   int32_t pos_host_ = 0;    // its source for the copy before each replay
   bool capturing_ = false;  // steps are being captured into a graph
   int64_t max_n_in_ = 0;    // widest matrix input: sizes the matmul workspace before capture
   size_t weight_bytes_ = 0;
-  int64_t last_dispatches_ = 0;
 };
 
 }  // namespace gdn::cuda

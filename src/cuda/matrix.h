@@ -17,6 +17,7 @@
 #include <string>
 
 #include "cuda/device.h"
+#include "model/fusion.h"
 #include "model/matrix.h"
 #include "quant/types.h"
 
@@ -76,17 +77,10 @@ int matmul_launches(const GpuMatrix& w, int64_t n_tokens);
 // reach that by sharing those kernels' device code and reduction orders, and every matmul's
 // per-row summation order depends on n_in and the format only (never on n_out or the launch).
 
-enum class Prologue : uint8_t {
-  None,                 // x
-  RmsNorm,              // rms_norm(x, norm, chunk n_in, eps)
-  HeadRmsNormSiluGate,  // rms_norm(x, norm, chunk head_dim, eps), then x·silu(gate) (SiluMul)
-  SigmoidGate,          // x·sigmoid(gate) (binary SigmoidMul)
-};
-enum class Epilogue : uint8_t {
-  Store,        // y_i = W_i·p(x) for every matrix
-  AddInto,      // one matrix: y_0 = y_0 + W_0·p(x) (binary Add: the residual)
-  SiluMulPair,  // two matrices (gate, up): y_0 = (W_1·p(x))·silu(W_0·p(x)) (binary SiluMul)
-};
+// Prologue::None | RmsNorm | HeadRmsNormSiluGate | SigmoidGate and Epilogue::Store | AddInto |
+// SiluMulPair: model/fusion.h says what each computes.
+using Prologue = model::Prologue;
+using Epilogue = model::Epilogue;
 constexpr int kMaxFusedMatrices = 4;
 
 struct FusedGemv {

@@ -50,8 +50,22 @@ const char* op_name(Op op) {
       return "attention";
     case Op::CopyRows:
       return "copy_rows";
+    case Op::ConvConcat:
+      return "conv_concat";
+    case Op::ConvSave:
+      return "conv_save";
+    case Op::MatMulFused:
+      return "mat_mul_fused";
+    case Op::Null:
+      return "null";
   }
   return "?";
+}
+
+int Step::n_mats() const {
+  int n = 0;
+  while (n < static_cast<int>(mats.size()) && mats[static_cast<size_t>(n)]) ++n;
+  return n;
 }
 
 namespace {
@@ -61,10 +75,14 @@ constexpr float kL2NormEps = 1e-6f;
 
 class Builder {
  public:
-  Builder(const Model& m, int64_t n_tokens, bool all_logits) : m_(m), hp_(m.hp), T_(n_tokens) {
+  Builder(const Model& m, int64_t n_tokens, bool all_logits, const BuildOptions& o)
+      : m_(m), hp_(m.hp), T_(n_tokens), o_(o) {
     p_.n_tokens = n_tokens;
     p_.all_logits = all_logits;
+    p_.rungs = o.rungs;
     p_.model = &m;
+    // Decode only (see build_forward).
+    fused_gemv_ = n_tokens == 1 && on(Rung::NormGemvFused);
   }
 
   Program build() {
@@ -72,68 +90,103 @@ class Builder {
     emit({.op = Op::Embed, .out = h});
     for (int64_t il = 0; il < hp_.n_layer; ++il) {
       const Layer& L = m_.layers[static_cast<size_t>(il)];
-      const View x = buf("x", hp_.n_embd);
-      emit({.op = Op::RmsNorm, .out = x, .in = {h}, .vec = &L.attn_norm, .eps = hp_.rms_eps});
-      const View y = L.recurrent ? gdn(L, il, x) : attention(L, il, x);
-      emit({.op = Op::Add, .out = h, .in = {y}});
+      if (L.recurrent) {
+        gdn(L, il, h);
+      } else {
+        attention(L, il, h);
+      }
       ffn(L, h);
     }
     output(h);
+    if (T_ == 1) {
+      for (int i = 0; i < o_.null_dispatches; ++i) emit({.op = Op::Null});
+    }
     return std::move(p_);
   }
 
  private:
-  View gdn(const Layer& L, int64_t il, View x) {
+  bool on(Rung r) const { return o_.rungs.has(r); }
+
+  void gdn(const Layer& L, int64_t il, View h) {
     const GdnWeights& g = L.gdn;
     const int64_t qk = hp_.ssm_qk_dim(), inner = hp_.ssm_inner(), Hv = hp_.ssm_n_v_heads;
     const int64_t dk = hp_.ssm_d_state;
-    const View qkv = matmul(g.qkv, x, "qkv");
-    const View z = matmul(g.gate, x, "z");
-    const View b = matmul(g.beta, x, "beta");
-    const View a = matmul(g.alpha, x, "alpha");
+    const std::array<View, 4> proj = project(h, L.attn_norm, {&g.qkv, &g.gate, &g.beta, &g.alpha},
+                                             {"qkv", "z", "beta", "alpha"});
+    const View qkv = proj[0], z = proj[1], b = proj[2], a = proj[3];
 
     const View conv = buf("conv", hp_.conv_dim());
-    emit({.op = Op::ConvStep, .out = conv, .in = {qkv}, .vec = &g.conv, .layer = il});
-    emit({.op = Op::Silu, .out = conv, .in = {conv}});
+    conv_step(g, il, qkv, conv);
     const View q = sub(conv, 0, qk), k = sub(conv, qk, qk), v = sub(conv, 2 * qk, inner);
-    emit({.op = Op::L2NormHeads, .out = q, .in = {q}, .head_dim = dk, .eps = kL2NormEps});
-    emit({.op = Op::L2NormHeads, .out = k, .in = {k}, .head_dim = dk, .eps = kL2NormEps});
-
-    emit({.op = Op::Sigmoid, .out = b, .in = {b}});
-    emit({.op = Op::AddVec, .out = a, .in = {a}, .vec = &g.dt_bias});
-    emit({.op = Op::Softplus, .out = a, .in = {a}});
-    emit({.op = Op::MulVec, .out = a, .in = {a}, .vec = &g.a});
-
+    Step rec{.op = Op::GdnRecurrence,
+             .out = buf("gdn_out", inner),
+             .in = {q, k, v, a, b},
+             .layer = il,
+             .head_dim = dk};
+    if (on(Rung::L2NormFused)) {
+      rec.fuse_l2norm = true;
+      rec.eps = kL2NormEps;
+    } else {
+      emit({.op = Op::L2NormHeads, .out = q, .in = {q}, .head_dim = dk, .eps = kL2NormEps});
+      emit({.op = Op::L2NormHeads, .out = k, .in = {k}, .head_dim = dk, .eps = kL2NormEps});
+    }
+    if (on(Rung::GatingFused)) {
+      rec.fuse_gating = true;
+      rec.vec = &g.dt_bias;
+      rec.vec2 = &g.a;
+    } else {
+      emit({.op = Op::Sigmoid, .out = b, .in = {b}});
+      emit({.op = Op::AddVec, .out = a, .in = {a}, .vec = &g.dt_bias});
+      emit({.op = Op::Softplus, .out = a, .in = {a}});
+      emit({.op = Op::MulVec, .out = a, .in = {a}, .vec = &g.a});
+    }
     // Baseline, as llama.cpp runs it: state copied out of the slot, updated, copied back.
-    const View state = buf("gdn_state", Hv * dk * dk, 1);
-    emit({.op = Op::StateGather, .out = state, .layer = il});
-    const View o = buf("gdn_out", inner);
-    emit({.op = Op::GdnRecurrence,
-          .out = o,
-          .in = {q, k, v, a, b},
-          .out2 = state,
-          .layer = il,
-          .head_dim = dk});
-    emit({.op = Op::StateScatter, .in = {state}, .layer = il});
+    rec.state_in_slot = on(Rung::StateInplace);
+    rec.state_out_slot = on(Rung::StateWriteFused);
+    if (!rec.state_in_slot || !rec.state_out_slot) rec.out2 = buf("gdn_state", Hv * dk * dk, 1);
+    if (!rec.state_in_slot) emit({.op = Op::StateGather, .out = rec.out2, .layer = il});
+    emit(rec);
+    if (!rec.state_out_slot) emit({.op = Op::StateScatter, .in = {rec.out2}, .layer = il});
 
-    emit({.op = Op::RmsNorm,
-          .out = o,
-          .in = {o},
-          .vec = &g.norm,
-          .head_dim = dk,
-          .eps = hp_.rms_eps});
-    emit({.op = Op::SiluMul, .out = o, .in = {o, z}});
-    return matmul(g.out, o, "y");
+    output_projection(g.out, rec.out, h,
+                      {.prologue = Prologue::HeadRmsNormSiluGate,
+                       .gate = z,
+                       .norm = &g.norm,
+                       .head_dim = dk});
   }
 
-  View attention(const Layer& L, int64_t il, View x) {
+  // Baseline, as llama.cpp runs it: [state; x] concatenated into a window, the conv over the
+  // window, the window's last K-1 rows copied back as the state, then SiLU.
+  void conv_step(const GdnWeights& g, int64_t il, View qkv, View conv) {
+    if (on(Rung::ConvInplace)) {
+      emit({.op = Op::ConvStep,
+            .out = conv,
+            .in = {qkv},
+            .vec = &g.conv,
+            .layer = il,
+            .fuse_silu = true});
+      return;
+    }
+    const View window = buf("conv_window", hp_.conv_dim(), T_ + hp_.ssm_conv_kernel - 1);
+    emit({.op = Op::ConvConcat, .out = window, .in = {qkv}, .layer = il});
+    emit({.op = Op::ConvStep,
+          .out = conv,
+          .in = {window},
+          .vec = &g.conv,
+          .layer = il,
+          .conv_window = true});
+    emit({.op = Op::ConvSave, .in = {window}, .layer = il, .row0 = T_});
+    emit({.op = Op::Silu, .out = conv, .in = {conv}});
+  }
+
+  void attention(const Layer& L, int64_t il, View h) {
     const AttentionWeights& A = L.attn;
     const int64_t D = hp_.head_dim;
-    const View qg = matmul(A.q, x, "q_gate");
+    const std::array<View, 4> proj =
+        project(h, L.attn_norm, {&A.q, &A.k, &A.v}, {"q_gate", "k", "v"});
+    const View qg = proj[0], k = proj[1], v = proj[2];
     const View q = buf("q", hp_.q_dim()), gate = buf("attn_gate", hp_.q_dim());
     emit({.op = Op::SplitHeads, .out = q, .in = {qg}, .out2 = gate, .head_dim = D});
-    const View k = matmul(A.k, x, "k");
-    const View v = matmul(A.v, x, "v");
     emit({.op = Op::RmsNorm,
           .out = q,
           .in = {q},
@@ -151,11 +204,27 @@ class Builder {
     emit({.op = Op::KvStore, .in = {k, v}, .layer = il});
     const View att = buf("attn_out", hp_.q_dim());
     emit({.op = Op::Attention, .out = att, .in = {q}, .layer = il, .head_dim = D});
-    emit({.op = Op::SigmoidMul, .out = att, .in = {att, gate}});
-    return matmul(A.o, att, "y");
+    output_projection(A.o, att, h, {.prologue = Prologue::SigmoidGate, .gate = gate});
   }
 
   void ffn(const Layer& L, View h) {
+    if (fused_gemv_) {
+      const View up = buf("ffn_up", L.ffn_up.n_out);
+      emit({.op = Op::MatMulFused,
+            .in = {h},
+            .vec = &L.post_norm,
+            .eps = hp_.rms_eps,
+            .prologue = Prologue::RmsNorm,
+            .epilogue = Epilogue::SiluMulPair,
+            .mats = {&L.ffn_gate, &L.ffn_up},
+            .mouts = {up}});
+      emit({.op = Op::MatMulFused,
+            .in = {up},
+            .epilogue = Epilogue::AddInto,
+            .mats = {&L.ffn_down},
+            .mouts = {h}});
+      return;
+    }
     const View x = buf("x", hp_.n_embd);
     emit({.op = Op::RmsNorm, .out = x, .in = {h}, .vec = &L.post_norm, .eps = hp_.rms_eps});
     const View gate = matmul(L.ffn_gate, x, "ffn_gate");
@@ -166,6 +235,18 @@ class Builder {
   }
 
   void output(View h) {
+    if (fused_gemv_) {
+      const View logits = buf("logits", m_.output.n_out);
+      emit({.op = Op::MatMulFused,
+            .in = {h},
+            .vec = &m_.output_norm,
+            .eps = hp_.rms_eps,
+            .prologue = Prologue::RmsNorm,
+            .mats = {&m_.output},
+            .mouts = {logits}});
+      p_.logits = logits.buf;
+      return;
+    }
     const View x = buf("x", hp_.n_embd);
     emit({.op = Op::RmsNorm, .out = x, .in = {h}, .vec = &m_.output_norm, .eps = hp_.rms_eps});
     View last = x;
@@ -175,6 +256,75 @@ class Builder {
     }
     const View logits = matmul(m_.output, last, "logits");
     p_.logits = logits.buf;
+  }
+
+  // The projections of a layer's normalised input: RmsNorm(h) then one MatMul per matrix, or
+  // (norm-gemv-fused) one MatMulFused step with the norm as its prologue.
+  std::array<View, 4> project(View h, const std::vector<float>& norm,
+                              std::initializer_list<const Matrix*> mats,
+                              std::initializer_list<const char*> names) {
+    std::array<View, 4> outs{};
+    if (fused_gemv_) {
+      Step s{.op = Op::MatMulFused,
+             .in = {h},
+             .vec = &norm,
+             .eps = hp_.rms_eps,
+             .prologue = Prologue::RmsNorm};
+      size_t i = 0;
+      for (const char* name : names) {
+        s.mats[i] = mats.begin()[i];
+        s.mouts[i] = outs[i] = buf(name, s.mats[i]->n_out);
+        ++i;
+      }
+      emit(s);
+      return outs;
+    }
+    const View x = buf("x", hp_.n_embd);
+    emit({.op = Op::RmsNorm, .out = x, .in = {h}, .vec = &norm, .eps = hp_.rms_eps});
+    size_t i = 0;
+    for (const char* name : names) {
+      outs[i] = matmul(*mats.begin()[i], x, name);
+      ++i;
+    }
+    return outs;
+  }
+
+  // The gate applied to a mixer's output before its output matrix.
+  struct Gate {
+    Prologue prologue;
+    View gate;
+    const std::vector<float>* norm = nullptr;
+    int64_t head_dim = 0;
+  };
+
+  // h += W·gated(o): the gate's steps, a MatMul and the residual Add, or (norm-gemv-fused)
+  // one MatMulFused step with the gate as its prologue and the add as its epilogue.
+  void output_projection(const Matrix& w, View o, View h, const Gate& g) {
+    if (fused_gemv_) {
+      emit({.op = Op::MatMulFused,
+            .in = {o, g.gate},
+            .vec = g.norm,
+            .head_dim = g.head_dim,
+            .eps = hp_.rms_eps,
+            .prologue = g.prologue,
+            .epilogue = Epilogue::AddInto,
+            .mats = {&w},
+            .mouts = {h}});
+      return;
+    }
+    if (g.prologue == Prologue::HeadRmsNormSiluGate) {
+      emit({.op = Op::RmsNorm,
+            .out = o,
+            .in = {o},
+            .vec = g.norm,
+            .head_dim = g.head_dim,
+            .eps = hp_.rms_eps});
+      emit({.op = Op::SiluMul, .out = o, .in = {o, g.gate}});
+    } else {
+      emit({.op = Op::SigmoidMul, .out = o, .in = {o, g.gate}});
+    }
+    const View y = matmul(w, o, "y");
+    emit({.op = Op::Add, .out = h, .in = {y}});
   }
 
   View matmul(const Matrix& w, View x, const char* name) {
@@ -207,6 +357,8 @@ class Builder {
   const Model& m_;
   const HParams& hp_;
   int64_t T_;
+  BuildOptions o_;
+  bool fused_gemv_ = false;
   Program p_;
 };
 
@@ -218,14 +370,26 @@ std::string Program::describe() const {
     s += fmt::format("{}", op_name(st.op));
     if (st.layer >= 0) s += fmt::format(" L{}", st.layer);
     if (st.w) s += fmt::format(" {}", st.w->name);
+    for (int i = 0; i < st.n_mats(); ++i) s += fmt::format(" {}", st.mats[static_cast<size_t>(i)]->name);
+    if (st.op == Op::GdnRecurrence) {
+      s += fmt::format("{}{}{}{}", st.state_in_slot ? " state-in-slot" : "",
+                       st.state_out_slot ? " state-out-slot" : "", st.fuse_gating ? " +gating" : "",
+                       st.fuse_l2norm ? " +l2norm" : "");
+    }
+    if (st.fuse_silu) s += " +silu";
     s += "\n";
   }
   return s;
 }
 
-Program build_forward(const Model& model, int64_t n_tokens, bool all_logits) {
+Program build_forward(const Model& model, int64_t n_tokens, bool all_logits,
+                      const BuildOptions& options) {
   if (n_tokens <= 0) fail("build_forward: n_tokens must be positive, got {}", n_tokens);
-  return Builder(model, n_tokens, all_logits).build();
+  if (options.null_dispatches < 0) {
+    fail("build_forward: null_dispatches must be >= 0, got {}", options.null_dispatches);
+  }
+  options.rungs.state_type();  // refuses contradictory rungs
+  return Builder(model, n_tokens, all_logits, options).build();
 }
 
 }  // namespace gdn::model

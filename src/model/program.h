@@ -2,8 +2,9 @@
 // of steps over named f32 buffers. Executors (CPU reference, CUDA launches, CUDA graph,
 // megakernel) run programs; they never see the model's structure.
 //
-// This is the baseline granularity (one step per elementary op, as llama.cpp dispatches it);
-// fusions are later rewrites of the step list.
+// With no rungs (model/rungs.h) this is the baseline granularity: one step per elementary op,
+// as llama.cpp dispatches it. Each rung rewrites the step list (fused steps, step variants);
+// build_forward applies them, executors run them or refuse them by name.
 #pragma once
 
 #include <array>
@@ -11,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "model/fusion.h"
+#include "model/rungs.h"
 #include "model/weights.h"
 
 namespace gdn::model {
@@ -29,7 +32,9 @@ enum class Op : uint8_t {
   SigmoidMul,     // out = x · sigmoid(gate)
   L2NormHeads,    // out = x·rsqrt(Σx² + eps) per chunk of head_dim
   SplitHeads,     // x holds per head [a(head_dim) | b(head_dim)]: out = a parts, out2 = b parts
-  ConvStep,       // causal depthwise conv over the tokens, reading/writing the slot's conv state
+  ConvStep,       // causal depthwise conv over the tokens (variants: see Step)
+  ConvConcat,     // out = [the slot's conv state (K-1 rows); x rows]: the baseline conv window
+  ConvSave,       // the slot's conv state = x rows [row0, row0 + K-1) (the window's last rows)
   StateGather,    // out (work) = recurrent state of the slot's layer
   StateScatter,   // recurrent state of the slot's layer = in[0] (work)
   GdnRecurrence,  // gated delta rule over the tokens; state in out2 (work) or the slot
@@ -37,6 +42,8 @@ enum class Op : uint8_t {
   KvStore,        // k (in[0]) and v (in[1]) rows into the slot's KV cache at pos0 + t
   Attention,      // causal GQA softmax attention of q (in[0]) against the slot's KV cache
   CopyRows,       // out = x rows [row0, row0 + out rows)
+  MatMulFused,    // one token: mouts[i] = mats[i]·prologue(x), finished by the epilogue
+  Null,           // an empty dispatch (gdn bench --null-dispatches prices a dispatch)
 };
 const char* op_name(Op op);
 
@@ -55,24 +62,46 @@ struct BufferSpec {
 };
 
 // Operands: `in[0]` is the main input (x), `in[1]` the second (gate, v for KvStore); the
-// recurrence takes in = {q, k, v, g, beta}, writes `out` and updates the state in `out2`
-// (or the slot's state when out2 is not valid).
+// recurrence takes in = {q, k, v, g, beta}, writes `out` and reads/writes the state in the
+// slot or in the work buffer `out2` (see the flags).
 struct Step {
   Op op = Op::Embed;
   View out{};
   std::array<View, 5> in{};
   View out2{};
-  const Matrix* w = nullptr;                // MatMul
-  const std::vector<float>* vec = nullptr;  // norm weight, bias, scale
-  int64_t layer = -1;                       // cache/state owner
+  const Matrix* w = nullptr;                 // MatMul
+  const std::vector<float>* vec = nullptr;   // norm weight, bias, conv weight; dt_bias (gating)
+  const std::vector<float>* vec2 = nullptr;  // ssm_a (gating-fused recurrence)
+  int64_t layer = -1;                        // cache/state owner
   int64_t head_dim = 0;
-  int64_t row0 = 0;  // CopyRows
-  float eps = 0.0f;
+  int64_t row0 = 0;  // CopyRows, ConvSave
+  float eps = 0.0f;  // norms; the recurrence's fused L2 norm
+
+  // GdnRecurrence variants (rungs state-inplace, state-write-fused, gating-fused, l2norm-fused).
+  bool state_in_slot = false;   // read the state from the slot, else from out2
+  bool state_out_slot = false;  // write the state to the slot, else to out2
+  bool fuse_gating = false;     // g, beta are the raw a, b: beta = sigmoid(b),
+                                // g = softplus(a + vec)·vec2
+  bool fuse_l2norm = false;     // q, k are raw: L2-normalised per head inside (eps)
+  // ConvStep variants: the baseline reads its history from a ConvConcat window (in[0] holds
+  // K-1 history rows first) and writes no state; conv-inplace reads and advances the slot's
+  // state itself and applies SiLU (fuse_silu).
+  bool conv_window = false;
+  bool fuse_silu = false;
+
+  // MatMulFused (rung norm-gemv-fused): in[0] = x, in[1] = the gate (HeadRmsNormSiluGate,
+  // SigmoidGate), vec = the norm weight, head_dim, eps.
+  Prologue prologue = Prologue::None;
+  Epilogue epilogue = Epilogue::Store;
+  std::array<const Matrix*, 4> mats{};
+  std::array<View, 4> mouts{};  // Store: one per matrix; AddInto, SiluMulPair: mouts[0]
+  int n_mats() const;
 };
 
 struct Program {
   int64_t n_tokens = 0;
   bool all_logits = true;  // logits for every token, or for the last only
+  Rungs rungs;             // the rewrites it was built with
   std::vector<BufferSpec> buffers;
   std::vector<Step> steps;
   int32_t logits = -1;  // buffer holding [rows][n_vocab]
@@ -81,7 +110,15 @@ struct Program {
   std::string describe() const;  // one line per step, for debugging and tests
 };
 
+struct BuildOptions {
+  Rungs rungs = Rungs::exact();
+  int null_dispatches = 0;  // empty steps appended to a decode (one-token) program
+};
+
 // Builds the trunk forward for n_tokens tokens (prefill when > 1, decode when 1).
-Program build_forward(const Model& model, int64_t n_tokens, bool all_logits);
+// norm-gemv-fused rewrites decode programs only: a prefill's matmuls are batched kernels that
+// read each weight once for many tokens, where a fused norm would save nothing measurable.
+Program build_forward(const Model& model, int64_t n_tokens, bool all_logits,
+                      const BuildOptions& options = {});
 
 }  // namespace gdn::model

@@ -3,9 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
+
+#include "model/rungs.h"
 
 namespace gdn::runtime {
 
@@ -16,10 +19,21 @@ struct ExecutorOptions {
   // CPU only: compute Q1_0 products on activations quantised to int8 per 128 elements, the
   // arithmetic of the CUDA Q1_0 GEMV, so the two backends can be compared like for like.
   bool q8_activations = false;
-  // CUDA only: capture each batch shape's program once per slot as a CUDA graph and replay
-  // it (positions are read from device memory), instead of launching every step from the
-  // host. Off: one host launch per step.
-  bool cuda_graphs = true;
+  // The ladder's rewrites (model/rungs.h): every exact rung by default. The CPU runs every
+  // program rewrite (composing its reference ops) and ignores `graphs`.
+  model::Rungs rungs = model::Rungs::exact();
+  // Empty dispatches appended to every decode step (gdn bench --null-dispatches).
+  int null_dispatches = 0;
+};
+
+// Dispatches (kernel launches; program steps on the CPU) of one forward, per op name.
+struct DispatchCount {
+  int64_t total = 0;
+  std::map<std::string, int64_t> by_op;
+  void add(const std::string& op, int64_t n) {
+    total += n;
+    if (n) by_op[op] += n;
+  }
 };
 
 class Executor {
@@ -35,8 +49,20 @@ class Executor {
   virtual void reset_slot(int slot) = 0;
   // Snapshot/rollback: slot dst becomes an exact copy of slot src.
   virtual void copy_slot(int src, int dst) = 0;
-  // Steps (dispatches) the last forward ran.
-  virtual int64_t last_dispatches() const = 0;
+  // Switches the rewrites the next forward runs with (programs are built on first use and
+  // kept per configuration). Changing the recurrent state's storage type resets every slot.
+  // Throws gdn::Error for contradictory rungs.
+  virtual void set_rungs(model::Rungs rungs) = 0;
+  virtual model::Rungs rungs() const = 0;
+  // Empty dispatches appended to every decode step from the next forward on.
+  virtual void set_null_dispatches(int n) = 0;
+
+  // Dispatches the last forward ran, in total and per op.
+  int64_t last_dispatches() const { return last_count_.total; }
+  const DispatchCount& last_dispatch_count() const { return last_count_; }
+
+ protected:
+  DispatchCount last_count_;
 };
 
 }  // namespace gdn::runtime

@@ -2,6 +2,7 @@
 # One call on the GPU machine: runs the binaries built here (scripts/build_portable.sh, carried
 # as build-cuda/) — op checks, backend tests, the GEMV lab, the benchmark — with full logs in
 # $OUT and a short summary last. Steps are chosen by name: scripts/device.sh ops tests lab bench
+# (also: opsperf, ladder, benchladder, nulls, benchnographs, compare)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/gdn-device}
@@ -13,6 +14,7 @@ if [ -f .carry/bins.tar.xz ]; then
   mkdir -p /tmp/gdn-bin/src/app /tmp/gdn-bin/tests /tmp/gdn-bin/bench
   ln -sf ../../gdn /tmp/gdn-bin/src/app/gdn
   ln -sf ../test_cuda_backend /tmp/gdn-bin/tests/test_cuda_backend
+  ln -sf ../test_cuda_ladder /tmp/gdn-bin/tests/test_cuda_ladder
   ln -sf ../gemv_lab /tmp/gdn-bin/bench/gemv_lab
   bin=/tmp/gdn-bin
 fi
@@ -36,6 +38,10 @@ for s in "${steps[@]}"; do
     ops) run_step ops "$bin/src/app/gdn" ops ;;
     opsperf) run_step opsperf "$bin/src/app/gdn" ops --perf ;;
     tests) run_step tests "$bin/tests/test_cuda_backend" ;;
+    ladder) run_step ladder "$bin/tests/test_cuda_ladder" ;;
+    benchladder) run_step benchladder "$bin/src/app/gdn" bench --ladder -r 2 --rounds 2 -v ;;
+    nulls) run_step nulls "$bin/src/app/gdn" bench -p 0 -n 64 -r 2 --rounds 2 \
+      --null-dispatches 0,250,500,1000 ;;
     lab) run_step lab "$bin/bench/gemv_lab" ;;
     bench) run_step bench "$bin/src/app/gdn" bench -r 3 --rounds 2 ;;
     benchnographs) run_step benchnographs "$bin/src/app/gdn" bench -r 3 --rounds 2 --rungs all,-graphs ;;

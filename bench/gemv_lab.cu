@@ -5,8 +5,9 @@
 //   copy bandwidth   a 1 GiB cudaMemcpyDeviceToDevice, read + write bytes / time (median of 8)
 //   read ceiling     the best of several plain streaming-read kernels (16-byte loads, 4 in
 //                    flight per thread, SMs x k CTAs) reading the GEMV's bytes, timed like it
-//   variants         Q1Variant x PDL on/off; each: product after the quantise kernel as
-//                    matmul() runs it (2 launches) and the product kernel alone
+//   variants         Q1Variant x PDL on/off; each: product after the quantise kernel (2
+//                    launches) and the product kernel alone; bmma-q2/q4 also as the one-launch
+//                    GEMV that quantises in shared memory (what matmul() runs for one token)
 //
 // Every timed input set is rotated among copies totalling > 150 MB (the L2 is 60 MB). Times
 // are per matmul: inside a CUDA graph of 20 (median of replays; what the executor will see)
@@ -171,6 +172,12 @@ int run() {
       o.variant = v;
       o.pdl = pdl;
       variants.push_back({o, fmt::format("{}{}", mm::q1_variant_name(v), pdl ? "" : " nopdl")});
+    }
+    if (v == mm::Q1Variant::kBmma2 || v == mm::Q1Variant::kBmma4) {  // quantise inside the GEMV
+      mm::Q1Options o;
+      o.variant = v;
+      o.one_launch = true;
+      variants.push_back({o, fmt::format("{} 1-launch", mm::q1_variant_name(v))});
     }
   }
 

@@ -4,9 +4,13 @@
 //   matmul_q8.cu     Q8_0, Q4_0       chunked kernel (matmul.cuh), f32 activations
 //   matmul_2bit.cu   Q2_0, PQ2_0      chunked kernel
 //   matmul_float.cu  F32, F16, BF16   chunked kernel
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <mutex>
+#include <tuple>
 #include <vector>
 
 #include "common/parallel.h"
@@ -27,6 +31,62 @@ int sm_count() {
     CUDA_CHECK(cudaDeviceGetAttribute(&counts[dev], cudaDevAttrMultiProcessorCount, dev));
   }
   return counts[dev];
+}
+
+size_t allow_max_smem(const void* kernel) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, size_t> done;
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_pair(kernel, dev);
+  if (auto it = done.find(key); it != done.end()) return it->second;
+  int optin = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  cudaFuncAttributes attr{};
+  CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+  const size_t dynamic = size_t(optin) > attr.sharedSizeBytes ? optin - attr.sharedSizeBytes : 0;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(dynamic)));
+  done.emplace(key, dynamic);
+  return dynamic;
+}
+
+int occupancy(const void* kernel, int threads, size_t smem) {
+  static std::mutex mu;
+  static std::map<std::tuple<const void*, int, size_t, int>, int> cache;
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_tuple(kernel, threads, smem, dev);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  int per_sm = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  cache.emplace(key, per_sm);
+  return per_sm;
+}
+
+PrologueArgs prologue_args(const FusedGemv& f) {
+  PrologueArgs p;
+  p.x = f.x;
+  p.gate = f.gate;
+  p.norm = f.norm;
+  p.n_in = static_cast<int>(f.w[0]->n_in);
+  p.eps = f.eps;
+  p.kind = f.prologue;
+  p.chunk = f.prologue == Prologue::RmsNorm               ? p.n_in
+            : f.prologue == Prologue::HeadRmsNormSiluGate ? static_cast<int>(f.head_dim)
+                                                          : 0;
+  const bool gated =
+      f.prologue == Prologue::HeadRmsNormSiluGate || f.prologue == Prologue::SigmoidGate;
+  p.vec = p.n_in % 4 == 0 && p.chunk % 4 == 0 && aligned16(f.x) && (!gated || aligned16(f.gate)) &&
+          (p.chunk == 0 || aligned16(f.norm));
+  if (p.chunk > 0) {
+    p.head = FastDiv(static_cast<uint32_t>(p.chunk));
+    p.n_scales = p.n_in / p.chunk;
+    p.n_sums = p.n_scales * norm::norm_warps(p.chunk);
+  }
+  return p;
 }
 
 void check_matmul_args(const GpuMatrix& w, const float* x, int64_t ldx, const float* y, int64_t ldy,
@@ -91,13 +151,86 @@ GpuMatrix upload_chunked(const model::Matrix& m, const ChunkedFormat& f, cudaStr
 
 namespace {
 
-// The Q1_0 configuration matmul() uses (bench/gemv_lab.cu compares the others).
-mm::Q1Options default_q1_options(const GpuMatrix& w) {
-  mm::Q1Options o;
-  // Provisional until the lab's numbers pick (bench/gemv_lab.cu): two quads per warp; inputs
-  // too long for 18 warps of two quads take four.
-  o.variant = mm::ceil_div(w.n_in, 512) <= 36 ? mm::Q1Variant::kBmma2 : mm::Q1Variant::kBmma4;
-  return o;
+// "'name' q1_0 [n_out x n_in], ..." for the matrices of a fused launch.
+std::string describe_fused(const FusedGemv& f) {
+  std::string d;
+  for (int i = 0; i < std::min(std::max(f.n, 0), kMaxFusedMatrices); ++i) {
+    if (i > 0) d += ", ";
+    const GpuMatrix* w = f.w[i];
+    d += w ? fmt::format("'{}' {} [{} x {}]", w->name, quant::type_info(w->type).name, w->n_out,
+                         w->n_in)
+           : std::string("(null)");
+  }
+  return d;
+}
+
+bool overlaps(const float* a, int64_t na, const float* b, int64_t nb) {
+  return a && b && a < b + nb && b < a + na;
+}
+
+void check_fused(const FusedGemv& f) {
+  static const char* const kPro[] = {"none", "rms_norm", "head_rms_norm_silu_gate", "sigmoid_gate"};
+  static const char* const kEpi[] = {"store", "add_into", "silu_mul_pair"};
+  const auto bad = [&](const std::string& why) {
+    fail("cuda matmul_fused ({} -> {}) of {}: {}", kPro[static_cast<int>(f.prologue) & 3],
+         kEpi[static_cast<int>(f.epilogue) % 3], describe_fused(f), why);
+  };
+  if (static_cast<int>(f.prologue) > 3 || static_cast<int>(f.epilogue) > 2) {
+    bad("unknown prologue or epilogue");
+  }
+  if (f.n < 1 || f.n > kMaxFusedMatrices) {
+    bad(fmt::format("{} matrices (1 to {} share a launch)", f.n, kMaxFusedMatrices));
+  }
+  for (int i = 0; i < f.n; ++i) {
+    if (f.w[i] == nullptr || !f.w[i]->codes.get()) bad(fmt::format("matrix {} not uploaded", i));
+  }
+  const GpuMatrix& w0 = *f.w[0];
+  for (int i = 1; i < f.n; ++i) {
+    if (fused_family(f.w[i]->type) != fused_family(w0.type)) {
+      bad("the matrices mix kernel families (Q1_0 and chunked formats cannot share a launch)");
+    }
+    if (f.w[i]->n_in != w0.n_in) bad("the matrices' n_in differ");
+  }
+  switch (f.epilogue) {
+    case Epilogue::Store:
+      for (int i = 0; i < f.n; ++i) {
+        if (f.y[i] == nullptr) bad(fmt::format("no output for matrix {}", i));
+      }
+      break;
+    case Epilogue::AddInto:
+      if (f.n != 1) bad("add_into takes exactly one matrix");
+      if (f.y[0] == nullptr) bad("no residual / output y[0]");
+      break;
+    case Epilogue::SiluMulPair:
+      if (f.n != 2) bad("silu_mul_pair takes exactly two matrices (gate, up)");
+      if (f.w[1]->n_out != w0.n_out) bad("gate and up have different n_out");
+      if (f.y[0] == nullptr) bad("no output y[0]");
+      break;
+  }
+  if (f.x == nullptr) bad("no input x");
+  const bool gated =
+      f.prologue == Prologue::HeadRmsNormSiluGate || f.prologue == Prologue::SigmoidGate;
+  const bool normed =
+      f.prologue == Prologue::RmsNorm || f.prologue == Prologue::HeadRmsNormSiluGate;
+  if (gated && f.gate == nullptr) bad("no gate vector");
+  if (normed && f.norm == nullptr) bad("no norm weight vector");
+  if (normed && !(f.eps >= 0.0f)) bad(fmt::format("eps {} must be >= 0", f.eps));
+  if (f.prologue == Prologue::HeadRmsNormSiluGate &&
+      (f.head_dim <= 0 || w0.n_in % f.head_dim != 0)) {
+    bad(fmt::format("head_dim {} must be positive and divide n_in", f.head_dim));
+  }
+  // Every CTA reads the whole input while others write outputs: they must not overlap.
+  const int n_outputs = f.epilogue == Epilogue::Store ? f.n : 1;
+  for (int i = 0; i < n_outputs; ++i) {
+    const int64_t n_out = f.w[i]->n_out;
+    if (overlaps(f.y[i], n_out, f.x, w0.n_in) ||
+        (gated && overlaps(f.y[i], n_out, f.gate, w0.n_in))) {
+      bad(fmt::format("output {} overlaps the input", i));
+    }
+    for (int j = 0; j < i; ++j) {
+      if (overlaps(f.y[i], n_out, f.y[j], f.w[j]->n_out)) bad("outputs overlap");
+    }
+  }
 }
 
 }  // namespace
@@ -162,7 +295,7 @@ void matmul(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int64_t l
             int64_t n_tokens, MatmulWorkspace& ws, cudaStream_t s) {
   switch (w.type) {
     case quant::Type::Q1_0:
-      mm::matmul_q1_0(w, x, ldx, y, ldy, n_tokens, ws, default_q1_options(w), s);
+      mm::matmul_q1_0(w, x, ldx, y, ldy, n_tokens, ws, mm::q1_default_options(w.n_in), s);
       return;
     case quant::Type::Q8_0:
     case quant::Type::Q4_0:
@@ -181,8 +314,36 @@ void matmul(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int64_t l
   fail("cuda matmul '{}': unsupported type id {}", w.name, static_cast<uint32_t>(w.type));
 }
 
-int matmul_launches(const GpuMatrix& w, int64_t /*n_tokens*/) {
-  return w.type == quant::Type::Q1_0 ? 2 : 1;  // Q1_0: quantise + product
+int matmul_launches(const GpuMatrix& w, int64_t n_tokens) {
+  // Q1_0 batched: quantise + product; one token: the one-launch GEMV.
+  return w.type == quant::Type::Q1_0 && n_tokens > 1 ? 2 : 1;
+}
+
+int fused_family(quant::Type t) {
+  return t == quant::Type::Q1_0 ? 0 : 1;
+}
+
+void matmul_fused(const FusedGemv& f, cudaStream_t s) {
+  check_fused(f);
+  switch (f.w[0]->type) {
+    case quant::Type::Q1_0:
+      mm::matmul_fused_q1_0(f, mm::q1_default_options(f.w[0]->n_in).variant, s);
+      return;
+    case quant::Type::Q8_0:
+    case quant::Type::Q4_0:
+      mm::matmul_fused_q8(f, s);
+      return;
+    case quant::Type::Q2_0:
+    case quant::Type::PQ2_0:
+      mm::matmul_fused_2bit(f, s);
+      return;
+    case quant::Type::F32:
+    case quant::Type::F16:
+    case quant::Type::BF16:
+      mm::matmul_fused_float(f, s);
+      return;
+  }
+  fail("cuda matmul_fused {}: unsupported type", describe_fused(f));
 }
 
 MatmulReference matmul_reference(quant::Type t) {

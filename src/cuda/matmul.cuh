@@ -1,6 +1,7 @@
 // Shared by the matmul kernel families (matmul_*.cu) and the GEMV lab (bench/gemv_lab.cu):
 // load helpers, programmatic-dependent-launch helpers, the chunked GEMV kernel that every
-// format except Q1_0 uses, and the families' internal entry points.
+// format except Q1_0 uses, the fused decode GEMV's prologue (matrix.h: matmul_fused) and its
+// chunked kernel, and the families' internal entry points.
 //
 // The chunked layout (F32, F16, BF16, Q8_0, Q4_0, Q2_0, PQ2_0). Rows are grouped by 32; in a
 // group, each row's codes are cut into 16-byte chunks along n_in and stored chunk-major,
@@ -16,6 +17,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -23,6 +25,7 @@
 #include "common/error.h"
 #include "cuda/check.h"
 #include "cuda/matrix.h"
+#include "cuda/norm.cuh"
 
 namespace gdn::cuda::mm {
 
@@ -53,6 +56,36 @@ __device__ __forceinline__ void pdl_launch_dependents() {
   asm volatile("griddepcontrol.launch_dependents;");
 }
 
+// Barrier `id` (1..15; 0 is __syncthreads) over the `threads` threads (a multiple of 32) of the
+// warps that call it: a team of warps inside a CTA synchronises without stalling the others.
+__device__ __forceinline__ void bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Asks the memory system to bring [p, p + bytes) into L2 (sm_90 bulk prefetch: one instruction
+// for a contiguous range, no registers, no completion to wait for). p 16-byte aligned, bytes a
+// multiple of 16. A hint: correctness never depends on it.
+__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
+  if (bytes > 0) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+  }
+}
+
+// n / d for 0 <= n < 2^31 by a multiply-high and a shift (d fixed per launch, set on the host):
+// the per-element head index of a prologue without an integer division.
+struct FastDiv {
+  uint32_t m = 1, l = 0;
+  FastDiv() = default;
+  explicit FastDiv(uint32_t d) {
+    while ((uint64_t(1) << l) < d) ++l;  // l = ceil(log2 d)
+    m = static_cast<uint32_t>(((uint64_t(1) << 32) * ((uint64_t(1) << l) - d)) / d + 1);
+  }
+  __device__ __forceinline__ int div(int n) const {
+    const uint32_t t = __umulhi(static_cast<uint32_t>(n), m);
+    return static_cast<int>((t + static_cast<uint32_t>(n)) >> l);
+  }
+};
+
 // ---------------------------------------------------------------------------------------------
 // Host helpers
 
@@ -81,6 +114,10 @@ void launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, bool p
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...));
 }
 
+// Lets `kernel` take up to the device's opt-in maximum of dynamic shared memory (once per
+// kernel and device; not a stream operation, so safe during graph capture). Returns that maximum.
+size_t allow_max_smem(const void* kernel);
+
 // Shape assertions shared by the launchers.
 void check_matmul_args(const GpuMatrix& w, const float* x, int64_t ldx, const float* y, int64_t ldy,
                        int64_t n_tokens);
@@ -93,6 +130,19 @@ constexpr int kBatchTokens = 8;
 constexpr int kMaxWarps = 16;
 // Chunks each warp has in flight (16-byte loads per lane before the first use).
 constexpr int kChunkUnroll = 4;
+// The warps of a row group split n_in into ranges of at least this many chunks (two rounds of
+// kChunkUnroll loads), at most kMaxWarps ranges.
+constexpr int kMinChunksPerWarp = 8;
+
+// Warps per row group (= ranges of n_in summed separately, then added in warp order). A
+// function of n_in (in chunks) only, never of n_out: a row's float summation order must not
+// depend on which matrices share a launch (the fused GEMV is bit-identical to matmul()).
+// Large n_out still fills the GPU through the number of groups; small n_out (48 rows) gets
+// the most warps a CTA holds on its two groups.
+__host__ __device__ constexpr int chunked_warps(int n_chunks) {
+  const int w = n_chunks / kMinChunksPerWarp;
+  return w < 1 ? 1 : w > kMaxWarps ? kMaxWarps : w;
+}
 
 struct ChunkedArgs {
   const uint4* codes;    // [n_groups][n_chunks][32]
@@ -130,25 +180,19 @@ __device__ __forceinline__ void load_x(const float* xr, int k, int n_in, float (
   }
 }
 
-// grid (n_groups, ceil(n_tokens / NT)), block 32 * warps. kVec: x rows are 16-byte aligned.
-template <class F, int NT, bool kVec>
-__global__ void __launch_bounds__(kMaxWarps * 32) chunked_kernel(ChunkedArgs a) {
+// One lane's dot products over chunks [c_begin, c_end) of its row (codes/scales point at the
+// row group's first chunk/block, plus the lane) for nt <= NT tokens: per chunk, an FMA chain
+// over its elements from 0, scaled once and added into acc. xload(n, k, xv) fills the kSub
+// activations of token n from element k. The one home of this arithmetic: matmul() (global x)
+// and the fused GEMV (x staged in shared memory) both run it, so they agree bit for bit.
+template <class F, int NT, class XLoad>
+__device__ __forceinline__ void chunked_dot(const uint4* codes, const __half* scales, int c_begin,
+                                            int c_end, int nt, const XLoad& xload,
+                                            float (&acc)[NT]) {
   constexpr int kSub = sub_elems<F>();
   constexpr int kSubs = F::kElems / kSub;
-  __shared__ float red[kMaxWarps][NT][32];
-
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
-  const int group = blockIdx.x;
-  const int tok0 = blockIdx.y * NT;
-  const int c_begin = warp * a.chunks_per_warp;
-  const int c_end = min(a.n_chunks, c_begin + a.chunks_per_warp);
-  const uint4* codes = a.codes + int64_t(group) * a.n_chunks * 32 + lane;
-  const __half* scales = a.scales ? a.scales + int64_t(group) * a.n_blocks * 32 + lane : nullptr;
-
-  float acc[NT];
 #pragma unroll
   for (int n = 0; n < NT; ++n) acc[n] = 0.0f;
-
   for (int c0 = c_begin; c0 < c_end; c0 += kChunkUnroll) {
     uint4 chunk[kChunkUnroll];
 #pragma unroll
@@ -173,9 +217,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32) chunked_kernel(ChunkedArgs a) 
         const int k = c * F::kElems + sub * kSub;
 #pragma unroll
         for (int n = 0; n < NT; ++n) {
-          if (NT > 1 && tok0 + n >= a.n_tokens) break;
+          if (NT > 1 && n >= nt) break;
           float xv[kSub];
-          load_x<kSub, kVec>(a.x + int64_t(tok0 + n) * a.ldx, k, a.n_in, xv);
+          xload(n, k, xv);
 #pragma unroll
           for (int e = 0; e < kSub; ++e) part[n] = fmaf(w[e], xv[e], part[n]);
         }
@@ -184,6 +228,29 @@ __global__ void __launch_bounds__(kMaxWarps * 32) chunked_kernel(ChunkedArgs a) 
       for (int n = 0; n < NT; ++n) acc[n] = fmaf(d, part[n], acc[n]);
     }
   }
+}
+
+// grid (n_groups, ceil(n_tokens / NT)), block 32 * warps. kVec: x rows are 16-byte aligned.
+template <class F, int NT, bool kVec>
+__global__ void __launch_bounds__(kMaxWarps * 32) chunked_kernel(ChunkedArgs a) {
+  constexpr int kSub = sub_elems<F>();
+  __shared__ float red[kMaxWarps][NT][32];
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+  const int group = blockIdx.x;
+  const int tok0 = blockIdx.y * NT;
+  const int c_begin = warp * a.chunks_per_warp;
+  const int c_end = min(a.n_chunks, c_begin + a.chunks_per_warp);
+  const uint4* codes = a.codes + int64_t(group) * a.n_chunks * 32 + lane;
+  const __half* scales = a.scales ? a.scales + int64_t(group) * a.n_blocks * 32 + lane : nullptr;
+
+  float acc[NT];
+  chunked_dot<F, NT>(
+      codes, scales, c_begin, c_end, a.n_tokens - tok0,
+      [&](int n, int k, float(&xv)[kSub]) {
+        load_x<kSub, kVec>(a.x + int64_t(tok0 + n) * a.ldx, k, a.n_in, xv);
+      },
+      acc);
 
 #pragma unroll
   for (int n = 0; n < NT; ++n) red[warp][n][lane] = acc[n];
@@ -215,12 +282,8 @@ void chunked_matmul(const GpuMatrix& w, const float* x, int64_t ldx, float* y, i
   a.n_chunks = static_cast<int>(w.n_col_tiles);
   a.n_blocks = F::kChunksPerBlock > 0 ? static_cast<int>(w.n_col_tiles / F::kChunksPerBlock) : 0;
   a.n_tokens = static_cast<int>(n_tokens);
-  // Enough warps that the GPU holds ~16 per SM with 4 chunks each in flight, but no warp idle.
   const int64_t groups = w.n_row_tiles;
-  int warps = 1;
-  while (warps < kMaxWarps && groups * warps < 16 * sm_count() && warps * 2 <= a.n_chunks) {
-    warps *= 2;
-  }
+  const int warps = chunked_warps(a.n_chunks);
   a.chunks_per_warp = static_cast<int>(ceil_div(a.n_chunks, warps));
   const bool vec = aligned16(x) && ldx % 4 == 0;
   const dim3 block(32 * warps);
@@ -240,6 +303,310 @@ void chunked_matmul(const GpuMatrix& w, const float* x, int64_t ldx, float* y, i
       chunked_kernel<F, kBatchTokens, false><<<grid, block, 0, s>>>(a);
     }
   }
+  CUDA_CHECK_LAUNCH();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fused decode GEMV's prologue (matrix.h: Prologue), run by every CTA of a fused launch:
+// p(x) for the whole input vector, staged in shared memory for the product. It reproduces the
+// unfused kernels' float operations exactly:
+//   RmsNorm / HeadRmsNormSiluGate: the squares of each chunk (n_in, or head_dim) are added in
+//     norm.cuh's canonical order — every virtual warp of norm_warps(chunk) by
+//     virtual_warp_sum_squares, spread over this CTA's real warps, then combine_warp_sums and
+//     rms_scale — exactly the functions norm.cu's rms_norm kernel runs; the element is then
+//     x·scale·w in the kernel's order ((x·scale)·w).
+//   HeadRmsNormSiluGate then multiplies by detail::silu(gate), SigmoidGate x by
+//     detail::sigmoid(gate): elementwise.cu's SiluMul / SigmoidMul functors, `x * silu(g)`.
+// Elements past n_in are staged as 0.
+
+struct PrologueArgs {
+  const float* x = nullptr;     // [n_in]
+  const float* gate = nullptr;  // [n_in] (HeadRmsNormSiluGate, SigmoidGate)
+  const float* norm = nullptr;  // [n_in] (RmsNorm) or [head_dim] (HeadRmsNormSiluGate)
+  int n_in = 0;
+  int chunk = 0;  // the norm's chunk: n_in (RmsNorm) or head_dim; 0 without a norm
+  FastDiv head;   // division by head_dim (HeadRmsNormSiluGate)
+  float eps = 0.0f;
+  Prologue kind = Prologue::None;
+  bool vec = false;  // x, gate, norm 16-byte aligned; n_in and chunk multiples of 4
+  int n_sums = 0;    // shared floats for the virtual-warp sums: (n_in / chunk) * norm_warps(chunk)
+  int n_scales = 0;  // shared floats for the scales: n_in / chunk
+};
+
+template <Prologue P>
+__device__ __forceinline__ float prologue_value(float x, float g, float w, float scale) {
+  if constexpr (P == Prologue::None) {
+    return x;
+  } else if constexpr (P == Prologue::RmsNorm) {
+    return x * scale * w;  // norm.cu: xr[i] * scale * w[i]
+  } else if constexpr (P == Prologue::HeadRmsNormSiluGate) {
+    const float n = x * scale * w;  // the rms_norm kernel's output...
+    return n * detail::silu(g);     // ...through binary SiluMul: x * silu(g)
+  } else {
+    return x * detail::sigmoid(g);  // binary SigmoidMul
+  }
+}
+
+// The norm scales of every chunk into scales[] (sums[] is scratch). Every thread of the CTA
+// calls it (it has barriers when the prologue is a norm; the condition is uniform).
+__device__ __forceinline__ void prologue_scales(const PrologueArgs& p, float* sums, float* scales) {
+  if (p.chunk == 0) return;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+  const int per_chunk = norm::norm_warps(p.chunk), n_chunks = p.n_in / p.chunk;
+  for (int v = warp; v < n_chunks * per_chunk; v += n_warps) {  // warp-uniform: converged
+    const int c = v / per_chunk;
+    const float s =
+        norm::virtual_warp_sum_squares(p.x + int64_t(c) * p.chunk, p.chunk, v - c * per_chunk);
+    if (lane == 0) sums[v] = s;
+  }
+  __syncthreads();  // every virtual warp's sum is in shared memory before a chunk adds them
+  for (int c = threadIdx.x; c < n_chunks; c += blockDim.x) {
+    scales[c] =
+        norm::rms_scale(norm::combine_warp_sums(sums + c * per_chunk, per_chunk), p.chunk, p.eps);
+  }
+  __syncthreads();  // the scales are written before the staging pass reads them
+}
+
+// store(f, v) receives float4 f = p(x)[4f, 4f + 4) for f < n_stage / 4 (no barrier inside).
+template <Prologue P, bool kVec, class Store>
+__device__ __forceinline__ void stage_pass(const PrologueArgs& p, int n_stage, const float* scales,
+                                           const Store& store) {
+  constexpr bool kGate = P == Prologue::HeadRmsNormSiluGate || P == Prologue::SigmoidGate;
+  constexpr bool kNorm = P == Prologue::RmsNorm || P == Prologue::HeadRmsNormSiluGate;
+  for (int f = threadIdx.x; f < n_stage / 4; f += blockDim.x) {
+    const int i = 4 * f;
+    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if constexpr (kVec) {
+      if (i < p.n_in) {  // n_in is a multiple of 4: the whole float4 is inside
+        const float4 x4 = *reinterpret_cast<const float4*>(p.x + i);
+        float4 g4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), w4 = g4;
+        float scale = 0.0f;
+        if constexpr (kGate) g4 = *reinterpret_cast<const float4*>(p.gate + i);
+        if constexpr (kNorm) {
+          const int h = P == Prologue::RmsNorm ? 0 : p.head.div(i);  // chunk % 4 == 0
+          w4 = *reinterpret_cast<const float4*>(p.norm + (i - h * p.chunk));
+          scale = scales[h];
+        }
+        v[0] = prologue_value<P>(x4.x, g4.x, w4.x, scale);
+        v[1] = prologue_value<P>(x4.y, g4.y, w4.y, scale);
+        v[2] = prologue_value<P>(x4.z, g4.z, w4.z, scale);
+        v[3] = prologue_value<P>(x4.w, g4.w, w4.w, scale);
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int j = i + e;
+        if (j >= p.n_in) break;
+        float g = 0.0f, w = 0.0f, scale = 0.0f;
+        if constexpr (kGate) g = p.gate[j];
+        if constexpr (kNorm) {
+          const int h = P == Prologue::RmsNorm ? 0 : p.head.div(j);
+          w = p.norm[j - h * p.chunk];
+          scale = scales[h];
+        }
+        v[e] = prologue_value<P>(p.x[j], g, w, scale);
+      }
+    }
+    store(f, make_float4(v[0], v[1], v[2], v[3]));
+  }
+}
+
+template <class Store>
+__device__ __forceinline__ void prologue_stage(const PrologueArgs& p, int n_stage,
+                                               const float* scales, const Store& store) {
+  switch (p.kind) {
+    case Prologue::None:
+      return p.vec ? stage_pass<Prologue::None, true>(p, n_stage, scales, store)
+                   : stage_pass<Prologue::None, false>(p, n_stage, scales, store);
+    case Prologue::RmsNorm:
+      return p.vec ? stage_pass<Prologue::RmsNorm, true>(p, n_stage, scales, store)
+                   : stage_pass<Prologue::RmsNorm, false>(p, n_stage, scales, store);
+    case Prologue::HeadRmsNormSiluGate:
+      return p.vec ? stage_pass<Prologue::HeadRmsNormSiluGate, true>(p, n_stage, scales, store)
+                   : stage_pass<Prologue::HeadRmsNormSiluGate, false>(p, n_stage, scales, store);
+    case Prologue::SigmoidGate:
+      return p.vec ? stage_pass<Prologue::SigmoidGate, true>(p, n_stage, scales, store)
+                   : stage_pass<Prologue::SigmoidGate, false>(p, n_stage, scales, store);
+  }
+}
+
+// The epilogue of one output row: s0 = W_m·p(x) (m the row's matrix), s1 = W_1·p(x) for a pair.
+// The expressions are elementwise.cu's functors: AddOp `y + x` (y the residual), SiluMulOp
+// `x * silu(g)` with x = up (W_1) and g = gate (W_0).
+__device__ __forceinline__ void epilogue_store(Epilogue e, float* y0, float* ym, int64_t row,
+                                               float s0, float s1) {
+  switch (e) {
+    case Epilogue::Store:
+      ym[row] = s0;
+      return;
+    case Epilogue::AddInto:
+      y0[row] = y0[row] + s0;
+      return;
+    case Epilogue::SiluMulPair:
+      y0[row] = s1 * detail::silu(s0);
+      return;
+  }
+}
+
+// Host side of a fused launch (matmul.cu): the prologue's arguments for this FusedGemv (validated
+// by the caller), and the occupancy of a kernel shape (cached).
+PrologueArgs prologue_args(const FusedGemv& f);
+int occupancy(const void* kernel, int threads, size_t smem);
+
+// ---------------------------------------------------------------------------------------------
+// The chunked formats' fused decode GEMV: persistent CTAs (one or two per SM) each stage p(x)
+// in shared memory once, then stride over units of one row group (32 rows) of one matrix —
+// of both matrices for SiluMulPair, so that a CTA holds a row's gate and up sums. A unit is
+// chunked_kernel's work for that group, through the same chunked_dot with the same warps and
+// chunk ranges (chunked_warps(n_chunks)) and the same warp-order sum, reading x from shared
+// memory: bit-identical to matmul() on the staged vector, hence to the unfused sequence.
+//
+// Before waiting for the previous kernel (PDL), each warp asks L2 for its first unit's weights
+// (they never depend on that kernel) and keeps one unit ahead while it works.
+//
+// Expected cost of the prologue (not yet measured): one pass over x (plus gate / norm) from L2,
+// 20-70 KB per CTA, ~0.3-0.6 us per CTA for n_in 5120-17408, overlapping the first unit's
+// weight stream.
+
+struct ChunkedFusedArgs {
+  const uint4* codes[kMaxFusedMatrices];    // [n_groups][n_chunks][32] per matrix
+  const __half* scales[kMaxFusedMatrices];  // [n_groups][n_blocks][32] or null
+  float* y[kMaxFusedMatrices];
+  int unit_end[kMaxFusedMatrices];  // units [unit_end[m-1], unit_end[m]) are matrix m's groups
+  int n_out[kMaxFusedMatrices];
+  int n_units, n_chunks, n_blocks, chunks_per_warp, n_stage;
+  Epilogue epilogue;
+  PrologueArgs pro;
+};
+
+// grid: persistent CTAs; block 32 * chunked_warps(n_chunks); dynamic shared memory
+// (n_stage + pro.n_sums + pro.n_scales) floats.
+template <class F>
+__global__ void __launch_bounds__(kMaxWarps * 32)
+    chunked_fused_kernel(const __grid_constant__ ChunkedFusedArgs a) {
+  constexpr int kSub = sub_elems<F>();
+  extern __shared__ float4 staged[];  // p(x) [n_stage / 4], then the norm's sums and scales
+  __shared__ float red[2][kMaxWarps][32];
+  float* sums = reinterpret_cast<float*>(staged) + a.n_stage;
+  float* scales = sums + a.pro.n_sums;
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+  const int c_begin = min(a.n_chunks, warp * a.chunks_per_warp);
+  const int c_end = min(a.n_chunks, c_begin + a.chunks_per_warp);
+  const int n_sub = a.epilogue == Epilogue::SiluMulPair ? 2 : 1;
+  const auto locate = [&](int u, int& m, int& group) {
+    m = 0;
+    while (u >= a.unit_end[m]) ++m;
+    group = u - (m > 0 ? a.unit_end[m - 1] : 0);
+  };
+  // This warp's weights of unit u into L2 (lane 0; a hint).
+  const auto prefetch_unit = [&](int u) {
+    if (lane != 0 || u >= a.n_units || c_begin >= c_end) return;
+    int m, group;
+    locate(u, m, group);
+    for (int ms = 0; ms < n_sub; ++ms) {
+      const int mm = n_sub == 2 ? ms : m;
+      prefetch_l2(a.codes[mm] + (int64_t(group) * a.n_chunks + c_begin) * 32,
+                  static_cast<uint32_t>(c_end - c_begin) * 512u);
+      if constexpr (F::kChunksPerBlock > 0) {
+        const int b0 = c_begin / F::kChunksPerBlock, b1 = (c_end - 1) / F::kChunksPerBlock;
+        prefetch_l2(a.scales[mm] + (int64_t(group) * a.n_blocks + b0) * 32,
+                    static_cast<uint32_t>(b1 - b0 + 1) * 64u);
+      }
+    }
+  };
+
+  pdl_launch_dependents();  // the next kernel may start its own weight prefetch
+  prefetch_unit(blockIdx.x);
+  pdl_wait();  // x, gate and the residual come from earlier kernels; the weights did not
+  prologue_scales(a.pro, sums, scales);
+  prologue_stage(a.pro, a.n_stage, scales, [&](int f, float4 v) { staged[f] = v; });
+  __syncthreads();  // p(x) is staged before any warp reads it
+
+  const float* xs = reinterpret_cast<const float*>(staged);
+  for (int u = blockIdx.x; u < a.n_units; u += gridDim.x) {
+    prefetch_unit(u + gridDim.x);
+    int m, group;
+    locate(u, m, group);
+    for (int ms = 0; ms < n_sub; ++ms) {
+      const int mm = n_sub == 2 ? ms : m;
+      const uint4* codes = a.codes[mm] + int64_t(group) * a.n_chunks * 32 + lane;
+      const __half* sc =
+          F::kChunksPerBlock > 0 ? a.scales[mm] + int64_t(group) * a.n_blocks * 32 + lane : nullptr;
+      float acc[1];
+      chunked_dot<F, 1>(
+          codes, sc, c_begin, c_end, 1,
+          [&](int, int k, float(&xv)[kSub]) {
+#pragma unroll
+            for (int i = 0; i < kSub / 4; ++i) {  // a broadcast: every lane reads the same k
+              const float4 v = reinterpret_cast<const float4*>(xs + k)[i];
+              xv[4 * i] = v.x;
+              xv[4 * i + 1] = v.y;
+              xv[4 * i + 2] = v.z;
+              xv[4 * i + 3] = v.w;
+            }
+          },
+          acc);
+      red[ms][warp][lane] = acc[0];
+    }
+    __syncthreads();  // every warp's partial sums are in shared memory before they are added
+    if (threadIdx.x < 32) {
+      const int64_t row = int64_t(group) * 32 + lane;
+      if (row < a.n_out[m]) {
+        float s[2] = {0.0f, 0.0f};
+        for (int ms = 0; ms < n_sub; ++ms) {
+          float sum = 0.0f;
+          for (int w = 0; w < n_warps; ++w) sum += red[ms][w][lane];  // chunked_kernel's order
+          s[ms] = sum;
+        }
+        epilogue_store(a.epilogue, a.y[0], a.y[m], row, s[0], s[1]);
+      }
+    }
+    __syncthreads();  // the sums are read before the next unit overwrites them
+  }
+}
+
+// One launch of the fused GEMV for chunked format F (f validated by matmul_fused).
+template <class F>
+void chunked_fused(const FusedGemv& f, cudaStream_t s) {
+  const GpuMatrix& w0 = *f.w[0];
+  ChunkedFusedArgs a{};
+  a.n_chunks = static_cast<int>(w0.n_col_tiles);
+  a.n_blocks = F::kChunksPerBlock > 0 ? a.n_chunks / F::kChunksPerBlock : 0;
+  const int warps = chunked_warps(a.n_chunks);
+  a.chunks_per_warp = static_cast<int>(ceil_div(a.n_chunks, warps));
+  a.n_stage = a.n_chunks * F::kElems;  // a multiple of 4
+  a.epilogue = f.epilogue;
+  const bool pair = f.epilogue == Epilogue::SiluMulPair;
+  int units = 0;
+  for (int i = 0; i < kMaxFusedMatrices; ++i) {
+    if (i < f.n) {
+      const GpuMatrix& w = *f.w[i];
+      a.codes[i] = w.codes.as<const uint4>();
+      a.scales[i] = F::kChunksPerBlock > 0 ? w.scales.as<const __half>() : nullptr;
+      a.y[i] = f.y[i];
+      a.n_out[i] = static_cast<int>(w.n_out);
+      units = pair ? static_cast<int>(w.n_row_tiles) : units + static_cast<int>(w.n_row_tiles);
+    }
+    a.unit_end[i] = units;  // past f.n: never reached (u < n_units)
+  }
+  a.n_units = units;
+  a.pro = prologue_args(f);
+  const size_t smem = sizeof(float) * (size_t(a.n_stage) + a.pro.n_sums + a.pro.n_scales);
+  const auto kernel = &chunked_fused_kernel<F>;
+  if (smem > allow_max_smem(reinterpret_cast<const void*>(kernel))) {
+    fail("cuda matmul_fused '{}' [{} x {}]: the staged input needs {} bytes of shared memory",
+         w0.name, w0.n_out, w0.n_in, smem);
+  }
+  const int threads = 32 * warps;
+  const int per_sm = occupancy(reinterpret_cast<const void*>(kernel), threads, smem);
+  if (per_sm < 1) {
+    fail("cuda matmul_fused '{}' [{} x {}]: no CTA of {} threads fits", w0.name, w0.n_out, w0.n_in,
+         threads);
+  }
+  const int64_t ctas = int64_t(std::min(per_sm, 2)) * sm_count();
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(a.n_units, ctas)));
+  launch(kernel, grid, dim3(threads), smem, true, s, a);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -271,25 +638,37 @@ uint16_t block_scale(const uint8_t* row, int64_t b) {
 GpuMatrix upload_float(const model::Matrix& m, cudaStream_t s);  // F32, F16, BF16
 void matmul_float(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int64_t ldy,
                   int64_t n_tokens, cudaStream_t s);
+void matmul_fused_float(const FusedGemv& f, cudaStream_t s);
 GpuMatrix upload_q8(const model::Matrix& m, cudaStream_t s);  // Q8_0, Q4_0
 void matmul_q8(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int64_t ldy,
                int64_t n_tokens, cudaStream_t s);
+void matmul_fused_q8(const FusedGemv& f, cudaStream_t s);
 GpuMatrix upload_2bit(const model::Matrix& m, cudaStream_t s);  // Q2_0, PQ2_0
 void matmul_2bit(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int64_t ldy,
                  int64_t n_tokens, cudaStream_t s);
+void matmul_fused_2bit(const FusedGemv& f, cudaStream_t s);
 
-// Q1_0 (matmul_q1_0.cu): activations quantised by a small kernel into the workspace, then the
-// GEMV / batched kernel. The variants exist for the lab (bench/gemv_lab.cu) until it has
-// picked one; matmul() uses the default.
+// Q1_0 (matmul_q1_0.cu). One token: ONE kernel that quantises the activation itself (every CTA,
+// into shared memory) and runs the product — matmul() and matmul_fused. Several tokens, and
+// the lab's two-launch path: a small kernel quantises into the workspace, then the product
+// kernel. The variants exist for the lab (bench/gemv_lab.cu) until it has picked one; matmul()
+// uses the default.
 // kBmma<Q>: b1 mma, Q quads (Q * 512 weights of each of 16 rows) per warp, the next row tile's
 // loads issued before the current one is computed; *Flat: without that prefetch (fewer
-// registers, more warps); kDp4a2: dp4a arithmetic, 2 quads, prefetch.
+// registers, more warps); kDp4a2: dp4a arithmetic, 2 quads, prefetch. Flat and prefetch
+// variants of one Q add in the same order (bit-identical); the one-launch kernel exists for
+// kBmma2 and kBmma4 and is bit-identical to their two-launch path.
 enum class Q1Variant { kBmma2, kBmma2Flat, kBmma4, kBmma4Flat, kDp4a2 };
 struct Q1Options {
   Q1Variant variant = Q1Variant::kBmma2;
-  bool pdl = true;  // the GEMV starts its weight loads while the quantise kernel runs
+  bool pdl = true;  // the GEMV starts its weight loads while the previous kernel runs
+  // One token: quantise inside the GEMV (one launch; kBmma2 / kBmma4 only) instead of the
+  // quantise kernel + product kernel.
+  bool one_launch = false;
 };
 const char* q1_variant_name(Q1Variant v);
+// The variant matmul() uses for this n_in (one_launch set).
+Q1Options q1_default_options(int64_t n_in);
 GpuMatrix upload_q1_0(const model::Matrix& m, cudaStream_t s);
 size_t q1_0_workspace_bytes(int64_t n_in, int64_t n_tokens);
 // Quantises x into act (q1_0_workspace_bytes(n_in, n_tokens) bytes) for the given variant.
@@ -302,5 +681,13 @@ void q1_0_product(const GpuMatrix& w, const void* act, float* y, int64_t ldy, in
 std::string q1_0_describe(const GpuMatrix& w, int64_t n_tokens, const Q1Options& o);
 void matmul_q1_0(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int64_t ldy,
                  int64_t n_tokens, MatmulWorkspace& ws, const Q1Options& o, cudaStream_t s);
+// matmul()'s one-token GEMV through the two-launch path (quantise kernel + product kernel) of
+// the default variant: the op checks compare the one-launch kernel with it bit for bit
+// (checks_matmul.cpp declares it again; it is C++-clean).
+void q1_0_two_launch_gemv(const GpuMatrix& w, const float* x, float* y, MatmulWorkspace& ws,
+                          cudaStream_t s);
+// The fused decode GEMV of Q1_0 matrices (f validated by matmul_fused), variant v (kBmma2 or
+// kBmma4; matmul_fused passes q1_default_options(n_in).variant).
+void matmul_fused_q1_0(const FusedGemv& f, Q1Variant v, cudaStream_t s);
 
 }  // namespace gdn::cuda::mm

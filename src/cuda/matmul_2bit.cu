@@ -44,4 +44,16 @@ void matmul_2bit(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int6
   }
 }
 
+void matmul_fused_2bit(const FusedGemv& f, cudaStream_t s) {
+  switch (f.w[0]->type) {
+    case quant::Type::Q2_0:
+      return chunked_fused<Q2Format<1>>(f, s);
+    case quant::Type::PQ2_0:
+      return chunked_fused<Q2Format<2>>(f, s);
+    default:
+      fail("cuda matmul_fused_2bit '{}': type {} is not Q2_0/PQ2_0", f.w[0]->name,
+           quant::type_info(f.w[0]->type).name);
+  }
+}
+
 }  // namespace gdn::cuda::mm

@@ -80,4 +80,18 @@ void matmul_float(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int
   }
 }
 
+void matmul_fused_float(const FusedGemv& f, cudaStream_t s) {
+  switch (f.w[0]->type) {
+    case quant::Type::F32:
+      return chunked_fused<F32Format>(f, s);
+    case quant::Type::F16:
+      return chunked_fused<F16Format>(f, s);
+    case quant::Type::BF16:
+      return chunked_fused<BF16Format>(f, s);
+    default:
+      fail("cuda matmul_fused_float '{}': type {} is not a float format", f.w[0]->name,
+           quant::type_info(f.w[0]->type).name);
+  }
+}
+
 }  // namespace gdn::cuda::mm

@@ -30,25 +30,46 @@
 // block, ~0.9 thread-instructions per weight: at the budget, so it cannot reach bandwidth.
 //
 // Registers (ptxas -v, sm_90a, no spills): bmma-q2 96 (prefetch) / 70 (flat), bmma-q4 152 / 114,
-// dp4a-q2 91; the quantise kernel 26.
+// dp4a-q2 91; the quantise kernel 26 (measured before the one-launch kernel; see q1_gemv_kernel).
 //
 // Weight layout (repacked at upload, 1.125 bits per weight as in the file):
 //   row tile = 16 rows (the mma's m), quad = 4 blocks = 512 weights (padded with zero blocks).
 //   bits[tile][quad][pair][lane]: uint4 per lane g*4+t = {row g blk 2p word t, row g+8 blk 2p
 //     word t, row g blk 2p+1 word t, row g+8 blk 2p+1 word t}: the A fragments of two mmas, one
-//     16-byte load, 512 contiguous bytes per warp. Word t of a block holds, at bit i, the weight
-//     of element 4i+t (so the activation planes can be built from float4 loads, see below).
+//     16-byte load, 512 contiguous bytes per warp. Word t of a block is its file bytes 4t..4t+3:
+//     bit i = the weight of element 32t+i (the mma's k = element; no permutation).
 //   scales[tile][quad][g]: uint4 = fp16 d of (row g, row g+8) for the quad's 4 blocks; the
 //     four lanes of a group read the same 16 bytes (one 128-byte segment per warp).
-// Activation layout (the quantise kernel writes it into the workspace, per token):
-//   act[block][lane g*4+t]: bit i = bit g of q[4i+t] (bmma: the B fragment of that lane);
-//     dp4a: act[block][t*8+k] = the codes q[32b+4k+t] for b = 0..3 as int8x4.
+// Activation layout (per token; the workspace of the two-launch path, or shared memory):
+//   act[block][t*8 + g]: bit i = bit g of q[32t+i] (bmma: the B fragment of lane g*4+t);
+//     dp4a: act[block][t*8 + k] = the codes q[32t+8b+k] for b = 0..3 as int8x4.
 //   meta[block] = {d_x, sum q}.
 //
+// Quantisation (quantize_quarter, the one home of the formula, run by the quantise kernel of
+// the two-launch path and by the one-launch GEMV): a thread per quarter block (32 consecutive
+// elements), the four quarters of a block on four adjacent lanes. amax over the block (two
+// shuffles), d = amax / 127 (IEEE division), q = roundf(v / d) (0 when d = 0), sum q. The codes
+// come from v * (1/d) with a tie guard instead of 32 IEEE divisions: when the product is more
+// than 2^-14 from a half-integer it rounds like the exact quotient (proof at quantize_codes),
+// otherwise the thread redoes its quarter with the division. Its 32 codes, as 8 int8x4 words,
+// become the 8 plane words by four 8x8 bit transposes and 16 byte permutes (~100 instructions
+// per quarter; 32 ballots plus selects per block were ~3x that). The floats come from shared
+// memory in a swizzled layout (stage_pos) so that both the coalesced staging stores and the
+// per-quarter reads are free of bank conflicts.
+//
 // Work split: a warp owns one row tile x a slice of kQ quads (kQ 16-byte loads of bits + kQ of
-// scales in flight); the ceil(quads / kQ) warps of a row tile sit in one CTA and add their sums
-// through shared memory in slice order (deterministic, no atomics). CTAs stride over row tiles
-// with the next tile's loads issued before the current one is computed.
+// scales in flight); the `slices` warps of a row tile add their sums through shared memory in
+// slice order (deterministic, no atomics). How n_in is cut (q1_cut: kQ, slices, chunks of kQ
+// quads per slice) depends on n_in and the variant only, never on n_out or the launch: every
+// quad pair of a row gets its own warp (as many slices as the register budget allows, one
+// chunk each: n_in 5120 -> 5 warps per tile, 6144 -> 6, 17408 -> 17), so that a row tile is one
+// step of in-flight loads. Only how many row tiles a CTA holds and the grid follow n_out.
+//
+// The two-launch product kernel (q1_kernel) holds rpc row tiles per CTA and strides over row
+// tile groups with the next step's loads issued before the current one is computed. The
+// one-launch GEMV (q1_gemv_kernel) is described at the kernel.
+#include <cfloat>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -70,13 +91,15 @@ constexpr int kBlock = 128;      // Q1_0 block = the b1 mma's k
 constexpr int kBlockBytes = 18;  // fp16 d + 16 bytes of bits (file layout)
 constexpr int kTileRows = 16;    // the mma's m
 constexpr int kQuadBlocks = 4;   // blocks per quad (one 16-byte scale load per lane)
-// Warps per row tile (slices of kQ quads) a CTA may hold: n_in <= max_slices * kQ * 512, i.e.
-// 18432 for kQ = 2 and 24576 for kQ = 4 (Bonsai's longest rows are 17408). The bound sets the
-// kernel's register budget: 65536 / (32 * max_slices).
+// Warps per row tile (slices of kQ quads) a CTA may hold: n_in <= max_slices * kQ * 512 in one
+// chunk, i.e. 18432 for kQ = 2 and 24576 for kQ = 4 (Bonsai's longest rows are 17408). The
+// bound sets the kernels' register budget: 65536 / (32 * max_slices).
 constexpr int max_slices(int kQ) {
   return kQ == 2 ? 18 : 12;
 }
-constexpr int kBatchTokensQ1 = 16;  // tokens per CTA of the batched kernel (weights reused)
+constexpr int kBatchTokensQ1 = 16;   // tokens per CTA of the batched kernel (weights reused)
+constexpr int kQuantizeBlocks = 64;  // blocks per CTA of the quantise kernel (4 threads each)
+constexpr int kL2Ahead = 3;          // steps of weights the one-launch GEMV asks L2 for ahead
 
 struct alignas(8) ActMeta {
   float d;  // activation scale of the block
@@ -97,8 +120,32 @@ struct Q1Args {
   int tokens_per_cta;  // grid.y splits the tokens into groups of this many
 };
 
+// Activation loads: from the workspace (read-only for the whole kernel: the non-coherent path)
+// or from shared memory.
+template <bool kShared>
+__device__ __forceinline__ uint32_t ld_act(const uint32_t* p) {
+  if constexpr (kShared) {
+    return *p;
+  } else {
+    return __ldg(p);
+  }
+}
+template <bool kShared>
+__device__ __forceinline__ uint4 ld_act4(const uint4* p) {
+  if constexpr (kShared) {
+    return *p;
+  } else {
+    return __ldg(p);
+  }
+}
+template <bool kShared>
 __device__ __forceinline__ ActMeta load_meta(const ActMeta* p) {
-  const int2 v = __ldg(reinterpret_cast<const int2*>(p));
+  int2 v;
+  if constexpr (kShared) {
+    v = *reinterpret_cast<const int2*>(p);
+  } else {
+    v = __ldg(reinterpret_cast<const int2*>(p));
+  }
   return ActMeta{__int_as_float(v.x), v.y};
 }
 
@@ -113,10 +160,12 @@ struct BmmaMath {
     w0 = 2 << (2 * t);
     w1 = t == 3 ? -256 : 2 << (2 * t + 1);
   }
-  __device__ static int lane_offset(int lane) { return lane; }  // its B fragment word
+  // Its B fragment word: plane g of quarter t.
+  __device__ static int lane_offset(int lane) { return (lane & 3) * 8 + (lane >> 2); }
+  template <bool kShared>
   __device__ __forceinline__ void block(uint32_t a_lo, uint32_t a_hi, const uint32_t* act,
                                         int neg_sum, int& i_lo, int& i_hi) const {
-    const uint32_t b = __ldg(act);
+    const uint32_t b = ld_act<kShared>(act);
     int c0, c1, c2, c3;
     asm("mma.sync.aligned.m16n8k128.row.col.s32.b1.b1.s32.and.popc {%0,%1,%2,%3}, {%4,%5}, "
         "{%6}, {%7,%7,%7,%7};"
@@ -130,10 +179,11 @@ struct BmmaMath {
 struct Dp4aMath {
   __device__ explicit Dp4aMath(int /*lane*/) {}
   __device__ static int lane_offset(int lane) { return (lane & 3) * 8; }  // the words of chunk t
+  template <bool kShared>
   __device__ __forceinline__ void block(uint32_t a_lo, uint32_t a_hi, const uint32_t* act,
                                         int neg_sum, int& i_lo, int& i_hi) const {
-    const uint4 q0 = __ldg(reinterpret_cast<const uint4*>(act));
-    const uint4 q1 = __ldg(reinterpret_cast<const uint4*>(act) + 1);
+    const uint4 q0 = ld_act4<kShared>(reinterpret_cast<const uint4*>(act));
+    const uint4 q1 = ld_act4<kShared>(reinterpret_cast<const uint4*>(act) + 1);
     const uint32_t qk[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
     int s_lo = 0, s_hi = 0;
 #pragma unroll
@@ -147,7 +197,8 @@ struct Dp4aMath {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Kernels
+// The product's pieces, shared by the two-launch kernel and the one-launch GEMV (so that their
+// per-row float operations are the same code).
 
 // One chunk of a row tile for this warp: kQ quads of bits (2 x 16 bytes each) and scales.
 template <int kQ>
@@ -156,26 +207,14 @@ struct ChunkLoads {
   uint4 scales[kQ];
 };
 
-// Per-warp base pointers, so that the loads in the loops have compile-time offsets.
-struct WarpView {
-  const uint4* bits;    // tile 0, first quad of the slice, + lane
-  const uint4* scales;  // tile 0, first quad of the slice, + group
-  const uint32_t* act;  // first token of the CTA, first block of the slice, + lane offset
-  const ActMeta* meta;  // first token of the CTA, first block of the slice
-  int64_t tile_bits, tile_scales;  // strides per row tile
-  int64_t token_act, token_meta;   // strides per token
-  int quads;                       // quads of the slice (may be < chunks * kQ, even 0)
-};
-
+// bits / scales: the chunk's first quad of this row tile, plus the lane (bits) / its group
+// (scales); quads: how many of the chunk's kQ quads exist.
 template <int kQ>
-__device__ __forceinline__ void load_chunk(const Q1Args& a, const WarpView& v, int tile, int c,
+__device__ __forceinline__ void load_quads(const uint4* bits, const uint4* scales, int quads,
                                            ChunkLoads<kQ>& t) {
-  if (tile >= a.n_tiles) return;  // a padding tile of the last group: computed, never stored
-  const uint4* bits = v.bits + tile * v.tile_bits + c * kQ * 64;
-  const uint4* scales = v.scales + tile * v.tile_scales + c * kQ * 8;
 #pragma unroll
   for (int i = 0; i < kQ; ++i) {
-    if (c * kQ + i < v.quads) {
+    if (i < quads) {
       t.bits[i][0] = ld_stream(bits + i * 64);
       t.bits[i][1] = ld_stream(bits + i * 64 + 32);
       t.scales[i] = ld_stream(scales + i * 8);
@@ -183,26 +222,26 @@ __device__ __forceinline__ void load_chunk(const Q1Args& a, const WarpView& v, i
   }
 }
 
-// This warp's chunk c of one row tile against token n: per-lane partial sums of rows g, g+8.
-template <class Math, int kQ>
-__device__ __forceinline__ float2 dot_chunk(const Math& m, const WarpView& v,
-                                            const ChunkLoads<kQ>& t, int c, int n, int lane) {
-  const uint32_t* act = v.act + n * v.token_act + c * kQ * kQuadBlocks * 32;
-  const ActMeta* meta = v.meta + n * v.token_meta + c * kQ * kQuadBlocks;
+// One chunk of a row tile against one token: per-lane partial sums of rows g, g+8. act / meta:
+// the chunk's first block (act plus the lane's offset); quads: how many of its kQ quads exist.
+template <class Math, int kQ, bool kShared>
+__device__ __forceinline__ float2 dot_chunk(const Math& m, const uint32_t* act, const ActMeta* meta,
+                                            const ChunkLoads<kQ>& t, int quads, int lane) {
   float2 acc = make_float2(0.0f, 0.0f);
 #pragma unroll
   for (int i = 0; i < kQ; ++i) {
-    if (c * kQ + i >= v.quads) break;
+    if (i >= quads) break;
     const uint32_t words[8] = {t.bits[i][0].x, t.bits[i][0].y, t.bits[i][0].z, t.bits[i][0].w,
                                t.bits[i][1].x, t.bits[i][1].y, t.bits[i][1].z, t.bits[i][1].w};
     const uint32_t halves[4] = {t.scales[i].x, t.scales[i].y, t.scales[i].z, t.scales[i].w};
 #pragma unroll
     for (int j = 0; j < kQuadBlocks; ++j) {
       const int blk = i * kQuadBlocks + j;
-      const ActMeta am = load_meta(meta + blk);
+      const ActMeta am = load_meta<kShared>(meta + blk);
       const int neg_sum = (lane & 3) == 0 ? -am.sum : 0;
       int i_lo, i_hi;
-      m.block(words[2 * j], words[2 * j + 1], act + blk * 32, neg_sum, i_lo, i_hi);
+      m.template block<kShared>(words[2 * j], words[2 * j + 1], act + blk * 32, neg_sum, i_lo,
+                                i_hi);
       __half2 h;
       std::memcpy(&h, &halves[j], sizeof h);
       const float2 dw = __half22float2(h);  // rows g, g+8
@@ -220,6 +259,36 @@ __device__ __forceinline__ float2 sum_quad_lanes(float2 v) {
   v.x += __shfl_xor_sync(kFullMask, v.x, 2);
   v.y += __shfl_xor_sync(kFullMask, v.y, 2);
   return v;
+}
+
+// The slices' sums of one row added in slice order (s: the first slice's value; stride floats
+// apart): the GEMV's last step, the same in both kernels.
+__device__ __forceinline__ float sum_slices(const float* s, int slices, int stride) {
+  float sum = 0.0f;
+  for (int i = 0; i < slices; ++i) sum += s[i * stride];  // fixed order: deterministic
+  return sum;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The two-launch product kernel
+
+// Per-warp base pointers, so that the loads in the loops have compile-time offsets.
+struct WarpView {
+  const uint4* bits;    // tile 0, first quad of the slice, + lane
+  const uint4* scales;  // tile 0, first quad of the slice, + group
+  const uint32_t* act;  // first token of the CTA, first block of the slice, + lane offset
+  const ActMeta* meta;  // first token of the CTA, first block of the slice
+  int64_t tile_bits, tile_scales;  // strides per row tile
+  int64_t token_act, token_meta;   // strides per token
+  int quads;                       // quads of the slice (may be < chunks * kQ, even 0)
+};
+
+template <int kQ>
+__device__ __forceinline__ void load_chunk(const Q1Args& a, const WarpView& v, int tile, int c,
+                                           ChunkLoads<kQ>& t) {
+  if (tile >= a.n_tiles) return;  // a padding tile of the last group: computed, never stored
+  load_quads<kQ>(v.bits + tile * v.tile_bits + c * kQ * 64,
+                 v.scales + tile * v.tile_scales + c * kQ * 8, v.quads - c * kQ, t);
 }
 
 // The per-warp state across the chunks of a row tile. One token: the partial sums stay in
@@ -260,11 +329,17 @@ struct Q1Warp {
     load_chunk<kQ>(a, v, tile_of(group), c, t);
   }
 
+  __device__ __forceinline__ float2 dot(int c, int n, const ChunkLoads<kQ>& t) const {
+    return dot_chunk<Math, kQ, false>(m, v.act + n * v.token_act + c * kQ * kQuadBlocks * 32,
+                                      v.meta + n * v.token_meta + c * kQ * kQuadBlocks, t,
+                                      v.quads - c * kQ, lane);
+  }
+
   // Chunk c of the group's tile; after the last chunk, the CTA adds the slices and stores y.
   __device__ void process(int group, int c, const ChunkLoads<kQ>& t) {
     float* slots = red + warp * a.tokens_per_cta * kTileRows + (lane >> 2);
     if (a.tokens_per_cta == 1) {
-      const float2 p = dot_chunk<Math, kQ>(m, v, t, c, 0, lane);
+      const float2 p = dot(c, 0, t);
       acc.x += p.x;
       acc.y += p.y;
       if (c == a.chunks - 1) {
@@ -277,7 +352,7 @@ struct Q1Warp {
       }
     } else {
       for (int n = 0; n < nt; ++n) {
-        const float2 r = sum_quad_lanes(dot_chunk<Math, kQ>(m, v, t, c, n, lane));
+        const float2 r = sum_quad_lanes(dot(c, n, t));
         if ((lane & 3) == 0) {
           float* s = slots + n * kTileRows;
           s[0] = c == 0 ? r.x : s[0] + r.x;
@@ -294,11 +369,9 @@ struct Q1Warp {
       const int tl = i / (nt * kTileRows), n = i / kTileRows % nt, r = i % kTileRows;
       const int row = (group * a.rpc + tl) * kTileRows + r;
       if (row >= a.n_out) continue;
-      float sum = 0.0f;
-      for (int s = 0; s < a.slices; ++s) {  // fixed order: deterministic
-        sum += red[((tl * a.slices + s) * a.tokens_per_cta + n) * kTileRows + r];
-      }
-      a.y[int64_t(tok0 + n) * a.ldy + row] = sum;
+      a.y[int64_t(tok0 + n) * a.ldy + row] =
+          sum_slices(red + (tl * a.slices * a.tokens_per_cta + n) * kTileRows + r, a.slices,
+                     a.tokens_per_cta * kTileRows);
     }
     __syncthreads();  // the sums are read before the next row tile overwrites them
   }
@@ -348,69 +421,389 @@ __global__ void __launch_bounds__(32 * max_slices(kQ)) q1_kernel(Q1Args a) {
   }
 }
 
-// One warp per (block, token): d = amax / 127, q = roundf(x / d) (IEEE division, as the CPU
-// reference), sum q, then the layout of the variant. Blocks past n_in (quad padding) get zeros.
-template <bool kPlanes>
-__global__ void __launch_bounds__(256)
-    q1_quantize_kernel(const float* x, int64_t ldx, int n_in, int n_blocks, uint32_t* act,
-                       ActMeta* meta) {
-  pdl_launch_dependents();  // the GEMV may start loading weights now
-  __shared__ int8_t codes[8][kBlock];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int blk = blockIdx.x * 8 + warp, tok = blockIdx.y;
-  if (blk >= n_blocks) return;
-  const int64_t tb = int64_t(tok) * n_blocks + blk;
-  if (blk * kBlock >= n_in) {
-    act[tb * 32 + lane] = 0;
-    if (lane == 0) meta[tb] = ActMeta{0.0f, 0};
-    return;
+// ---------------------------------------------------------------------------------------------
+// Activation quantisation
+
+// Where float4 f of a staged activation vector sits in shared memory: 128-byte rows of 8
+// float4 (one quarter block each), the column XORed with the row (mod 8). Eight consecutive
+// staging threads store one row (a permutation of its 8 slots: no bank conflict), and eight
+// consecutive quarter threads reading their column k hit 8 different 16-byte slots (none).
+__device__ __forceinline__ int stage_pos(int f) {
+  return (f & ~7) | ((f ^ (f >> 3)) & 7);
+}
+
+// Low bytes of four words as one int8x4 word (a, b, c, d from the lowest byte up).
+__device__ __forceinline__ uint32_t pack_low_bytes(uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  return __byte_perm(__byte_perm(a, b, 0x0040), __byte_perm(c, d, 0x0040), 0x5410);
+}
+
+// The codes of a quarter block (32 elements; d = amax / 127 of its block) as 8 int8x4 words:
+// byte e of w[k] = q[4k+e] = roundf(v[4k+e] / d) (0 when d = 0), as the CPU quantiser.
+//
+// Without 32 IEEE divisions (~10 instructions each): r = 1/d correctly rounded, t = v·r, and
+// rint(t) through the 1.5·2^23 trick (whose low mantissa byte is the two's complement code).
+// Why that equals roundf(v/d) unless t is within 2^-14 of a half-integer: for d in
+// [FLT_MIN, 2^125] (r normal), |v| <= amax and d = fl(amax/127) give |v/d| <= 127.0001, so
+// |t - v/d| <= |v/d|·(2^-24 + 2^-24 + 2^-48) < 2^-16 and |fl(v/d) - v/d| <= 2^-18 (half an ulp
+// below 128): t and fl(v/d) differ by < 2^-15. If t is more than 2^-14 from every half-integer,
+// fl(v/d) lies strictly on the same side of the same half-integers, so roundf(fl(v/d)) is the
+// integer nearest t, with no tie. Otherwise (or for d outside that range, 0, inf or NaN) the
+// thread redoes its quarter exactly; for random data that is ~0.5% of quarters. Checked on the
+// host against roundf(v/d) for 2.4e7 values (many of them exact half-integer quotients) and by
+// gdn ops' q1_quantize check against quant::quantize_activations_q8_128 on the GPU.
+__device__ __forceinline__ void quantize_codes(const float (&v)[32], float d, uint32_t (&w)[8]) {
+  constexpr float kMagic = 12582912.0f;         // 1.5 * 2^23
+  constexpr float kTieGuard = 0.5f - 0x1p-14f;  // |t - rint(t)| below this: not near a tie
+  const float r = __frcp_rn(d);
+  bool exact = !(d >= FLT_MIN && d <= 0x1p125f);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    uint32_t m[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float t = __fmul_rn(v[4 * k + e], r);
+      const float rounded = __fadd_rn(t, kMagic);  // rint(t) in the low mantissa bits
+      exact |= !(fabsf(__fsub_rn(t, __fsub_rn(rounded, kMagic))) < kTieGuard);
+      m[e] = __float_as_uint(rounded);
+    }
+    w[k] = pack_low_bytes(m[0], m[1], m[2], m[3]);
   }
-  const float* xb = x + int64_t(tok) * ldx + int64_t(blk) * kBlock + 4 * lane;
-  float v[4];
+  if (exact) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      uint32_t q[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        q[e] = static_cast<uint32_t>(d == 0.0f ? 0 : static_cast<int>(roundf(v[4 * k + e] / d)));
+      }
+      w[k] = pack_low_bytes(q[0], q[1], q[2], q[3]);
+    }
+  }
+}
+
+// Transposes the 8x8 bit matrix in hi:lo (byte j = row j, bit c = column c) in place: byte c,
+// bit j (Hacker's Delight transpose8, on 32-bit halves).
+__device__ __forceinline__ void transpose8x8(uint32_t& lo, uint32_t& hi) {
+  uint32_t t = (lo ^ (lo >> 7)) & 0x00AA00AAu;
+  lo ^= t ^ (t << 7);
+  t = (hi ^ (hi >> 7)) & 0x00AA00AAu;
+  hi ^= t ^ (t << 7);
+  t = (lo ^ (lo >> 14)) & 0x0000CCCCu;
+  lo ^= t ^ (t << 14);
+  t = (hi ^ (hi >> 14)) & 0x0000CCCCu;
+  hi ^= t ^ (t << 14);
+  t = (lo ^ (hi << 4)) & 0xF0F0F0F0u;
+  lo ^= t;
+  hi ^= t >> 4;
+}
+
+// The 8 bit planes of 32 codes (w: 8 int8x4 words, code i = byte i%4 of w[i/4]): bit i of p[g]
+// = bit g of code i. Four 8x8 transposes (codes 8m..8m+7 each), then a 4x4 byte transpose of
+// their low and of their high halves.
+__device__ __forceinline__ void bit_planes(const uint32_t (&w)[8], uint32_t (&p)[8]) {
+  uint32_t lo[4], hi[4];
+#pragma unroll
+  for (int m = 0; m < 4; ++m) {
+    lo[m] = w[2 * m];
+    hi[m] = w[2 * m + 1];
+    transpose8x8(lo[m], hi[m]);  // byte c = plane c of codes 8m..8m+7
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t* x = h == 0 ? lo : hi;
+    const uint32_t a = __byte_perm(x[0], x[1], 0x5140), b = __byte_perm(x[0], x[1], 0x7362);
+    const uint32_t c = __byte_perm(x[2], x[3], 0x5140), d = __byte_perm(x[2], x[3], 0x7362);
+    p[4 * h + 0] = __byte_perm(a, c, 0x5410);
+    p[4 * h + 1] = __byte_perm(a, c, 0x7632);
+    p[4 * h + 2] = __byte_perm(b, d, 0x5410);
+    p[4 * h + 3] = __byte_perm(b, d, 0x7632);
+  }
+}
+
+// The dp4a variant's words: byte b of o[k] = code 8b + k.
+__device__ __forceinline__ void dp4a_words(const uint32_t (&w)[8], uint32_t (&o)[8]) {
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const int e = k % 4, j = k / 4;
+    const uint32_t sel = static_cast<uint32_t>(e | (4 + e) << 4);
+    o[k] =
+        __byte_perm(__byte_perm(w[j], w[2 + j], sel), __byte_perm(w[4 + j], w[6 + j], sel), 0x5410);
+  }
+}
+
+// Quantises quarter u of a staged vector (stage: float4s at stage_pos; quarter u = float4s
+// 8u..8u+7 = elements 32u..32u+31). The four quarters of a block must sit on four adjacent
+// lanes (u % 4 = lane % 4) and all 32 lanes must call it (shuffles). Out: the quarter's 8
+// activation words for act[block][t*8 ...], and the block's d and sum (on every lane of the 4).
+template <bool kPlanes>
+__device__ __forceinline__ void quantize_quarter(const float4* stage, int u, uint32_t (&out)[8],
+                                                 float& d, int& sum) {
+  float v[32];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const float4 f = stage[8 * u + (k ^ (u & 7))];  // = stage_pos(8u + k)
+    v[4 * k] = f.x;
+    v[4 * k + 1] = f.y;
+    v[4 * k + 2] = f.z;
+    v[4 * k + 3] = f.w;
+  }
   float amax = 0.0f;
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    v[j] = xb[j];
-    amax = fmaxf(amax, fabsf(v[j]));
-  }
+  for (int e = 0; e < 32; ++e) amax = fmaxf(amax, fabsf(v[e]));
+  amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, 1));  // fmaxf: exact, any order
+  amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, 2));
+  d = amax / 127.0f;
+  uint32_t w[8];
+  quantize_codes(v, d, w);
+  int s = 0;
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, o));
-  const float d = amax / 127.0f;
-  int q[4];
-  int sum = 0;
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    q[j] = d == 0.0f ? 0 : static_cast<int>(roundf(v[j] / d));
-    sum += q[j];
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(kFullMask, sum, o);
-  if (lane == 0) meta[tb] = ActMeta{d, sum};
-
-  uint32_t word = 0;
+  for (int k = 0; k < 8; ++k) s = __dp4a(static_cast<int>(w[k]), 0x01010101, s);
+  s += __shfl_xor_sync(kFullMask, s, 1);
+  s += __shfl_xor_sync(kFullMask, s, 2);
+  sum = s;
   if constexpr (kPlanes) {
-    // Chunk t = elements 4i+t (lane i, component t); lane g*4+t keeps plane g of chunk t.
-#pragma unroll
-    for (int t = 0; t < 4; ++t) {
-#pragma unroll
-      for (int p = 0; p < 8; ++p) {
-        const uint32_t plane = __ballot_sync(kFullMask, (q[t] >> p) & 1);
-        if (lane == p * 4 + t) word = plane;
+    bit_planes(w, out);
+  } else {
+    dp4a_words(w, out);
+  }
+}
+
+// Stores a quarter's words (32 bytes) at act[block][t*8] (16-byte aligned).
+__device__ __forceinline__ void store_quarter(uint32_t* act_block, int t, const uint32_t (&w)[8]) {
+  uint4* dst = reinterpret_cast<uint4*>(act_block + t * 8);
+  dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
+  dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
+}
+
+// The two-launch path's quantise kernel. grid (ceil(n_blocks / 64), tokens), 256 threads: the
+// CTA stages 64 blocks of one token in shared memory (coalesced 16-byte loads when `vec`: the
+// row is 16-byte aligned), then each thread quantises one quarter. Blocks past n_in (quad
+// padding) are staged as zeros: d = 0, codes 0, sum 0.
+template <bool kPlanes>
+__global__ void __launch_bounds__(kQuantizeBlocks * 4)
+    q1_quantize_kernel(const float* x, int64_t ldx, int n_in, int n_blocks, int vec, uint32_t* act,
+                       ActMeta* meta) {
+  pdl_launch_dependents();  // the GEMV may start loading weights now
+  __shared__ float4 stage[kQuantizeBlocks * 32];
+  const int tok = blockIdx.y, b0 = blockIdx.x * kQuantizeBlocks;
+  const int nb = min(kQuantizeBlocks, n_blocks - b0);
+  const float* xr = x + int64_t(tok) * ldx + int64_t(b0) * kBlock;
+  const int n_valid = n_in - b0 * kBlock;  // a multiple of 128 (may be <= 0)
+  for (int f = threadIdx.x; f < nb * 32; f += blockDim.x) {
+    const int i = 4 * f;
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (i < n_valid) {
+      v = vec ? *reinterpret_cast<const float4*>(xr + i)
+              : make_float4(xr[i], xr[i + 1], xr[i + 2], xr[i + 3]);
+    }
+    stage[stage_pos(f)] = v;
+  }
+  __syncthreads();  // the staged block floats are complete before any quarter reads them
+  const int u = threadIdx.x;
+  uint32_t words[8];
+  float d;
+  int sum;
+  quantize_quarter<kPlanes>(stage, min(u, nb * 4 - 1), words, d, sum);  // whole groups of 4
+  if (u < nb * 4) {
+    const int64_t tb = int64_t(tok) * n_blocks + b0 + u / 4;
+    store_quarter(act + tb * 32, u & 3, words);
+    if ((u & 3) == 0) meta[tb] = ActMeta{d, sum};
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The one-launch GEMV: matmul() with one token (prologue None, one matrix, Store) and
+// matmul_fused (prologues, up to four matrices, epilogues).
+//
+// Every CTA (persistent: at most one per SM while there is work for all of them, so the
+// prologue runs once per SM) does, in order:
+//   1. issues its warps' first step of weight loads into registers and asks L2 for the next
+//      kL2Ahead steps (weights never depend on the previous kernel), then pdl_wait();
+//   2. the prologue: the norm's scales, p(x) staged in shared memory (matmul.cuh's
+//      prologue_scales / prologue_stage, shared with the chunked formats), then every quarter
+//      block quantised by quantize_quarter into act / meta in shared memory — the same device
+//      code, on the same floats, as the two-launch path's quantise kernel;
+//   3. the product: CTAs hold `teams` teams of `slices` warps; each team strides over slots
+//      (a row tile of one matrix; for SiluMulPair a row tile of both, gate then up) through
+//      dot_chunk / sum_quad_lanes / sum_slices, the two-launch kernel's code in the same order,
+//      with a named barrier per team (teams do not wait for each other) and double-buffered
+//      slice sums (one barrier per slot). The epilogue (matmul.cuh's epilogue_store) runs on the
+//      16 rows of the slot.
+// So every output equals the two-launch path on p(x) bit for bit, and p(x) equals the unfused
+// prologue kernels' output bit for bit.
+//
+// Expected prologue cost per CTA (a prediction, not yet measured): staging reads n_in floats
+// (plus gate / norm) from L2 through L1 and writes them to shared memory (~0.15 us of
+// L1/shared bandwidth for 5120, ~0.5 us for 17408); the quantisation ~11 thread-instructions
+// per element (~1.6K warp-instructions for 5120, ~6K for 17408: ~0.2 / ~0.75 us of issue on an
+// SM's four schedulers); norms add one more read of x. Roughly 0.3-0.5 us for n_in 5120/6144
+// and ~1 us for 17408, overlapped by the weight stream already in flight (one step in
+// registers plus three asked of L2: for the per-layer shapes most of the matrix), against
+// ~1.3 us for the separate quantise launch it replaces plus that kernel's own time.
+
+struct Q1GemvArgs {
+  const uint4* bits[kMaxFusedMatrices];    // [n_tiles][n_quads][2][32] per matrix
+  const uint4* scales[kMaxFusedMatrices];  // [n_tiles][n_quads][8]
+  float* y[kMaxFusedMatrices];
+  int slot_end[kMaxFusedMatrices];  // slots [slot_end[m-1], slot_end[m]) are matrix m's tiles
+  int n_out[kMaxFusedMatrices];
+  int n_quads, n_blocks, n_stage;  // n_blocks = n_quads * 4 (padded); n_stage = n_blocks * 128
+  int slices, chunks, teams, n_slots;
+  int off_act, off_meta, off_sums, off_red;  // bytes into the dynamic shared memory
+  Epilogue epilogue;
+  PrologueArgs pro;
+};
+
+struct GemvStep {
+  int slot, sub;  // sub = matrix of the pair * chunks + chunk
+};
+
+// grid: persistent CTAs; block 32 * slices * teams; dynamic shared memory (host: gemv_layout):
+// staged p(x) [n_stage floats] | act [n_blocks][32] | meta [n_blocks] | norm sums and scales |
+// slice sums [2 parities][2 pair matrices][warps][16].
+template <int kQ>
+__global__ void __launch_bounds__(32 * max_slices(kQ))
+    q1_gemv_kernel(const __grid_constant__ Q1GemvArgs a) {
+  extern __shared__ float4 stage[];
+  unsigned char* smem = reinterpret_cast<unsigned char*>(stage);
+  uint32_t* act = reinterpret_cast<uint32_t*>(smem + a.off_act);
+  ActMeta* meta = reinterpret_cast<ActMeta*>(smem + a.off_meta);
+  float* sums = reinterpret_cast<float*>(smem + a.off_sums);
+  float* scales = sums + a.pro.n_sums;
+  float* red = reinterpret_cast<float*>(smem + a.off_red);
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+  const int team = warp / a.slices, slice = warp % a.slices;
+  const bool pair = a.epilogue == Epilogue::SiluMulPair;
+  const int n_sub = (pair ? 2 : 1) * a.chunks;
+  const int team_stride = gridDim.x * a.teams;
+  const int q_begin = slice * a.chunks * kQ;
+  const int quads = max(0, min(a.chunks * kQ, a.n_quads - q_begin));  // of this slice
+  const BmmaMath math(lane);
+
+  // Matrix and row tile of pair matrix ms of slot s.
+  const auto locate = [&](int s, int ms, int& m, int& tile) {
+    if (pair) {
+      m = ms;
+      tile = s;
+      return;
+    }
+    m = 0;
+    while (s >= a.slot_end[m]) ++m;
+    tile = s - (m > 0 ? a.slot_end[m - 1] : 0);
+  };
+  const auto advance = [&](GemvStep& st) {
+    if (++st.sub == n_sub) {
+      st.sub = 0;
+      st.slot += team_stride;
+    }
+  };
+  // The first quad of this warp's chunk of a step, in quads from its matrix's base.
+  const auto quad_of = [&](const GemvStep& st, int& m) {
+    int tile;
+    locate(st.slot, st.sub / a.chunks, m, tile);
+    return int64_t(tile) * a.n_quads + q_begin + (st.sub % a.chunks) * kQ;
+  };
+  const auto load = [&](const GemvStep& st, ChunkLoads<kQ>& t) {
+    if (st.slot >= a.n_slots) return;
+    int m;
+    const int64_t q = quad_of(st, m);
+    load_quads<kQ>(a.bits[m] + q * 64 + lane, a.scales[m] + q * 8 + (lane >> 2),
+                   quads - (st.sub % a.chunks) * kQ, t);
+  };
+  const auto prefetch = [&](const GemvStep& st) {
+    if (lane != 0 || st.slot >= a.n_slots) return;
+    const int nq = min(kQ, quads - (st.sub % a.chunks) * kQ);
+    if (nq <= 0) return;
+    int m;
+    const int64_t q = quad_of(st, m);
+    prefetch_l2(a.bits[m] + q * 64, static_cast<uint32_t>(nq) * 1024u);
+    prefetch_l2(a.scales[m] + q * 8, static_cast<uint32_t>(nq) * 128u);
+  };
+
+  // 1. Weights first.
+  ChunkLoads<kQ> buf0, buf1;
+  GemvStep st{static_cast<int>(blockIdx.x) * a.teams + team, 0};
+  load(st, buf0);
+  GemvStep ahead = st;
+  for (int i = 0; i < kL2Ahead; ++i) {
+    advance(ahead);
+    prefetch(ahead);
+  }
+  pdl_launch_dependents();  // the next kernel may start its own weight loads
+  pdl_wait();               // x, gate and the residual come from earlier kernels
+
+  // 2. The prologue and the quantisation, into shared memory.
+  prologue_scales(a.pro, sums, scales);
+  prologue_stage(a.pro, a.n_stage, scales, [&](int f, float4 v) { stage[stage_pos(f)] = v; });
+  __syncthreads();  // p(x) is staged before any quarter reads it
+  for (int u0 = warp * 32; u0 < a.n_blocks * 4; u0 += blockDim.x) {  // warp-uniform
+    const int u = u0 + lane;
+    uint32_t words[8];
+    float d;
+    int sum;
+    quantize_quarter<true>(stage, min(u, a.n_blocks * 4 - 1), words, d, sum);  // whole groups
+    if (u < a.n_blocks * 4) {
+      store_quarter(act + (u >> 2) * 32, u & 3, words);
+      if ((u & 3) == 0) meta[u >> 2] = ActMeta{d, sum};
+    }
+  }
+  __syncthreads();  // act / meta are complete before any warp's product reads them
+
+  // 3. The product.
+  const uint32_t* act_w = act + q_begin * kQuadBlocks * 32 + BmmaMath::lane_offset(lane);
+  const ActMeta* meta_w = meta + q_begin * kQuadBlocks;
+  float2 acc = make_float2(0.0f, 0.0f);
+  int parity = 0;
+  const auto process = [&](const GemvStep& s, const ChunkLoads<kQ>& t) {
+    const int ms = s.sub / a.chunks, c = s.sub % a.chunks;
+    const float2 p =
+        dot_chunk<BmmaMath, kQ, true>(math, act_w + c * kQ * kQuadBlocks * 32,
+                                      meta_w + c * kQ * kQuadBlocks, t, quads - c * kQ, lane);
+    acc.x += p.x;
+    acc.y += p.y;
+    if (c != a.chunks - 1) return;
+    const float2 r = sum_quad_lanes(acc);
+    acc = make_float2(0.0f, 0.0f);
+    if ((lane & 3) == 0) {
+      float* slot = red + ((parity * 2 + ms) * n_warps + warp) * kTileRows + (lane >> 2);
+      slot[0] = r.x;
+      slot[8] = r.y;
+    }
+    if (s.sub != n_sub - 1) return;
+    // The team's slice sums of this slot are in shared memory. The other parity's buffer was
+    // read before every team thread arrived here, so the next slot may overwrite it.
+    bar_sync(1 + team, 32 * a.slices);
+    const int r16 = threadIdx.x - team * a.slices * 32;
+    if (r16 < kTileRows) {
+      int m, tile;
+      locate(s.slot, 0, m, tile);
+      const int64_t row = int64_t(tile) * kTileRows + r16;
+      if (row < a.n_out[m]) {
+        const float* base = red + (parity * 2 * n_warps + team * a.slices) * kTileRows + r16;
+        const float s0 = sum_slices(base, a.slices, kTileRows);
+        const float s1 = pair ? sum_slices(base + n_warps * kTileRows, a.slices, kTileRows) : 0.0f;
+        epilogue_store(a.epilogue, a.y[0], a.y[m], row, s0, s1);
       }
     }
-  } else {
-    // Lane t*8+k packs the codes of elements 32b+4k+t, b = 0..3.
-#pragma unroll
-    for (int j = 0; j < 4; ++j) codes[warp][4 * lane + j] = static_cast<int8_t>(q[j]);
-    __syncwarp();  // the warp's codes are in shared memory before lanes read each other's
-    const int t = lane >> 3, k = lane & 7;
-#pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      word |= static_cast<uint32_t>(static_cast<uint8_t>(codes[warp][32 * b + 4 * k + t]))
-              << (8 * b);
-    }
+    parity ^= 1;
+  };
+  while (st.slot < a.n_slots) {  // unrolled by two: both buffers stay in registers
+    GemvStep s1 = st;
+    advance(s1);
+    load(s1, buf1);
+    advance(ahead);
+    prefetch(ahead);
+    process(st, buf0);
+    st = s1;
+    if (st.slot >= a.n_slots) break;
+    advance(s1);
+    load(s1, buf0);
+    advance(ahead);
+    prefetch(ahead);
+    process(st, buf1);
+    st = s1;
   }
-  act[tb * 32 + lane] = word;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -429,17 +822,28 @@ bool uses_planes(Q1Variant v) {
   return v != Q1Variant::kDp4a2;
 }
 
-// How a product is cut: slices (warps per row tile) of `chunks` steps of kQ quads, rpc row tiles
-// per CTA, grid.x CTAs striding over the row-tile groups.
+// How n_in is cut for kQ quads per chunk: slices (warps per row tile) of `chunks` chunks. A
+// function of n_in (and the variant) only — the per-row summation order of both kernels.
+struct Q1Cut {
+  int slices, chunks;
+};
+
+Q1Cut q1_cut(int kQ, int64_t n_quads) {
+  const int64_t chunks = std::max<int64_t>(1, ceil_div(n_quads, int64_t(kQ) * max_slices(kQ)));
+  return {static_cast<int>(ceil_div(n_quads, kQ * chunks)), static_cast<int>(chunks)};
+}
+
+// How the two-launch product is cut: slices x chunks (q1_cut), rpc row tiles per CTA, grid.x
+// CTAs striding over the row-tile groups.
 struct Plan {
   int slices = 0, chunks = 0, rpc = 0, threads = 0;
   unsigned grid = 0;
   size_t smem = 0;
 };
 
-// Picks the cut with the fewest sequential steps on the busiest warp (waves of CTAs times
-// chunks per slice), preferring fewer waves on ties: one wave of equal CTAs keeps every SM
-// streaming to the end, where a partial second wave leaves most of the GPU idle.
+// Picks rpc with the fewest sequential steps on the busiest warp (waves of CTAs), preferring
+// the first on ties: one wave of equal CTAs keeps every SM streaming to the end, where a
+// partial second wave leaves most of the GPU idle.
 template <class Kernel>
 Plan plan_q1(Kernel* kernel, int kQ, int n_tiles, int n_quads, int tokens_per_cta) {
   static std::mutex mu;
@@ -448,30 +852,25 @@ Plan plan_q1(Kernel* kernel, int kQ, int n_tiles, int n_quads, int tokens_per_ct
       std::make_tuple(reinterpret_cast<const void*>(kernel), n_tiles, n_quads, tokens_per_cta);
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = cache.find(key); it != cache.end()) return it->second;
+  const Q1Cut cut = q1_cut(kQ, n_quads);
   Plan best;
-  int64_t best_steps = 0, best_waves = 0;
-  const int max_chunks = static_cast<int>(ceil_div(n_quads, kQ));
-  for (int chunks = 1; chunks <= max_chunks; ++chunks) {
-    const int slices = static_cast<int>(ceil_div(n_quads, int64_t(chunks) * kQ));
-    if (slices > max_slices(kQ)) continue;
-    for (int rpc : {1, std::max(1, 8 / slices)}) {
-      Plan p;
-      p.slices = slices;
-      p.chunks = chunks;
-      p.rpc = rpc;
-      p.threads = 32 * slices * rpc;
-      p.smem = sizeof(float) * slices * rpc * tokens_per_cta * kTileRows;
-      int per_sm = 0;
-      CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, p.threads, p.smem));
-      if (per_sm < 1) continue;
-      const int64_t groups = ceil_div(n_tiles, rpc), ctas = int64_t(per_sm) * sm_count();
-      const int64_t waves = ceil_div(groups, ctas), steps = waves * chunks;
-      p.grid = static_cast<unsigned>(std::min(groups, ctas));
-      if (best.threads == 0 || steps < best_steps || (steps == best_steps && waves < best_waves)) {
-        best = p;
-        best_steps = steps;
-        best_waves = waves;
-      }
+  int64_t best_waves = 0;
+  for (int rpc : {1, std::max(1, 8 / cut.slices)}) {
+    Plan p;
+    p.slices = cut.slices;
+    p.chunks = cut.chunks;
+    p.rpc = rpc;
+    p.threads = 32 * cut.slices * rpc;
+    p.smem = sizeof(float) * cut.slices * rpc * tokens_per_cta * kTileRows;
+    int per_sm = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, p.threads, p.smem));
+    if (per_sm < 1) continue;
+    const int64_t groups = ceil_div(n_tiles, rpc), ctas = int64_t(per_sm) * sm_count();
+    const int64_t waves = ceil_div(groups, ctas);
+    p.grid = static_cast<unsigned>(std::min(groups, ctas));
+    if (best.threads == 0 || waves < best_waves) {
+      best = p;
+      best_waves = waves;
     }
   }
   if (best.threads == 0) fail("cuda matmul q1_0: no launch shape fits n_in = {}", n_quads * 512);
@@ -543,14 +942,123 @@ decltype(auto) with_variant(Q1Variant v, Fn&& fn) {
   return fn(Q1Launch<Dp4aMath, 2, true>{});
 }
 
-// Bits of word t of one stored block: bit i = weight 4i+t.
-uint32_t gather_word(const uint8_t* qs, int t) {
-  uint32_t w = 0;
-  for (int k = 0; k < 16; ++k) {  // byte k holds elements 8k..8k+7 = (i = 2k, 2k+1) for t
-    w |= static_cast<uint32_t>((qs[k] >> t) & 1) << (2 * k);
-    w |= static_cast<uint32_t>((qs[k] >> (t + 4)) & 1) << (2 * k + 1);
+// The one-launch GEMV's shape for f: the cut, teams per CTA, grid and shared memory.
+struct GemvShape {
+  Q1GemvArgs a{};
+  int threads = 0;
+  unsigned grid = 0;
+  size_t smem = 0;
+};
+
+template <int kQ>
+GemvShape gemv_shape(const FusedGemv& f) {
+  GemvShape g;
+  Q1GemvArgs& a = g.a;
+  const GpuMatrix& w0 = *f.w[0];
+  const Geometry geo = geometry(w0.n_in);
+  a.n_quads = static_cast<int>(geo.n_quads);
+  a.n_blocks = static_cast<int>(geo.n_blocks_padded);
+  a.n_stage = a.n_blocks * kBlock;
+  const bool pair = f.epilogue == Epilogue::SiluMulPair;
+  int slots = 0;
+  for (int i = 0; i < kMaxFusedMatrices; ++i) {
+    if (i < f.n) {
+      const GpuMatrix& w = *f.w[i];
+      a.bits[i] = w.codes.as<const uint4>();
+      a.scales[i] = w.scales.as<const uint4>();
+      a.y[i] = f.y[i];
+      a.n_out[i] = static_cast<int>(w.n_out);
+      slots = pair ? static_cast<int>(w.n_row_tiles) : slots + static_cast<int>(w.n_row_tiles);
+    }
+    a.slot_end[i] = slots;  // past f.n: never reached (slot < n_slots)
   }
+  a.n_slots = slots;
+  a.epilogue = f.epilogue;
+  a.pro = prologue_args(f);
+  const Q1Cut cut = q1_cut(kQ, a.n_quads);
+  a.slices = cut.slices;
+  a.chunks = cut.chunks;
+  // As many teams as the register budget holds (named barriers 1..15), but no more than the
+  // slots need to give every SM work: small matrices spread over more, smaller CTAs.
+  const int n_sm = sm_count();
+  a.teams = std::max(
+      1, std::min({max_slices(kQ) / a.slices, 15, static_cast<int>(ceil_div(slots, n_sm))}));
+  const int warps = a.slices * a.teams;
+  g.threads = 32 * warps;
+  size_t off = sizeof(float) * size_t(a.n_stage);
+  a.off_act = static_cast<int>(off);
+  off += size_t(a.n_blocks) * 32 * sizeof(uint32_t);
+  a.off_meta = static_cast<int>(off);
+  off += size_t(a.n_blocks) * sizeof(ActMeta);
+  a.off_sums = static_cast<int>(off);
+  off += sizeof(float) * size_t(a.pro.n_sums + a.pro.n_scales);
+  off = (off + 15) / 16 * 16;
+  a.off_red = static_cast<int>(off);
+  off += sizeof(float) * 2 * 2 * size_t(warps) * kTileRows;
+  g.smem = off;
+  const void* kernel = reinterpret_cast<const void*>(&q1_gemv_kernel<kQ>);
+  if (g.smem > allow_max_smem(kernel)) {
+    fail("cuda matmul q1_0 '{}' [{} x {}]: the one-launch GEMV needs {} bytes of shared memory",
+         w0.name, w0.n_out, w0.n_in, g.smem);
+  }
+  const int per_sm = occupancy(kernel, g.threads, g.smem);
+  if (per_sm < 1) {
+    fail("cuda matmul q1_0 '{}' [{} x {}]: no CTA of {} threads fits", w0.name, w0.n_out, w0.n_in,
+         g.threads);
+  }
+  g.grid =
+      static_cast<unsigned>(std::min<int64_t>(int64_t(per_sm) * n_sm, ceil_div(slots, a.teams)));
+  return g;
+}
+
+void run_gemv(const FusedGemv& f, Q1Variant v, bool pdl, cudaStream_t s) {
+  switch (v) {
+    case Q1Variant::kBmma2: {
+      const GemvShape g = gemv_shape<2>(f);
+      launch(&q1_gemv_kernel<2>, dim3(g.grid), dim3(g.threads), g.smem, pdl, s, g.a);
+      break;
+    }
+    case Q1Variant::kBmma4: {
+      const GemvShape g = gemv_shape<4>(f);
+      launch(&q1_gemv_kernel<4>, dim3(g.grid), dim3(g.threads), g.smem, pdl, s, g.a);
+      break;
+    }
+    default:
+      fail("cuda matmul q1_0 '{}': the one-launch GEMV exists for bmma-q2 and bmma-q4, not {}",
+           f.w[0]->name, q1_variant_name(v));
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+std::string describe_gemv(const FusedGemv& f, Q1Variant v) {
+  const auto show = [&](const auto& g, const void* kernel, int kQ) {
+    cudaFuncAttributes attr{};
+    CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+    return fmt::format(
+        "one launch: {} warps/tile x {} steps of {} quads, {} teams/CTA, {} CTAs x {} threads, "
+        "{} regs, {} B shared",
+        g.a.slices, g.a.chunks, kQ, g.a.teams, g.grid, g.threads, attr.numRegs, g.smem);
+  };
+  if (v == Q1Variant::kBmma4) {
+    return show(gemv_shape<4>(f), reinterpret_cast<const void*>(&q1_gemv_kernel<4>), 4);
+  }
+  return show(gemv_shape<2>(f), reinterpret_cast<const void*>(&q1_gemv_kernel<2>), 2);
+}
+
+// Bits of word t of one stored block: bit i = weight 32t+i = the block's bytes 4t..4t+3.
+uint32_t gather_word(const uint8_t* qs, int t) {
+  uint32_t w;
+  std::memcpy(&w, qs + 4 * t, sizeof w);  // little-endian: bit i of byte k is element 8k+i
   return w;
+}
+
+FusedGemv single(const GpuMatrix& w, const float* x, float* y) {
+  FusedGemv f;
+  f.x = x;
+  f.n = 1;
+  f.w[0] = &w;
+  f.y[0] = y;
+  return f;
 }
 
 }  // namespace
@@ -569,6 +1077,15 @@ const char* q1_variant_name(Q1Variant v) {
       return "dp4a-q2";
   }
   return "?";
+}
+
+Q1Options q1_default_options(int64_t n_in) {
+  Q1Options o;
+  // Provisional until the lab's numbers pick (bench/gemv_lab.cu): two quads per warp; inputs
+  // too long for 18 warps of two quads take four.
+  o.variant = ceil_div(n_in, 512) <= 36 ? Q1Variant::kBmma2 : Q1Variant::kBmma4;
+  o.one_launch = true;
+  return o;
 }
 
 GpuMatrix upload_q1_0(const model::Matrix& m, cudaStream_t s) {
@@ -638,13 +1155,15 @@ void q1_0_quantize(const GpuMatrix& w, const float* x, int64_t ldx, int64_t n_to
   const Geometry geo = geometry(w.n_in);
   auto* words = static_cast<uint32_t*>(act);
   auto* meta = reinterpret_cast<ActMeta*>(words + n_tokens * geo.n_blocks_padded * 32);
-  const dim3 grid(static_cast<unsigned>(ceil_div(geo.n_blocks_padded, 8)),
+  const dim3 grid(static_cast<unsigned>(ceil_div(geo.n_blocks_padded, kQuantizeBlocks)),
                   static_cast<unsigned>(n_tokens));
   const int n_in = static_cast<int>(w.n_in), n_blocks = static_cast<int>(geo.n_blocks_padded);
+  const int vec = aligned16(x) && ldx % 4 == 0;
+  const dim3 block(kQuantizeBlocks * 4);
   if (uses_planes(v)) {
-    q1_quantize_kernel<true><<<grid, 256, 0, s>>>(x, ldx, n_in, n_blocks, words, meta);
+    q1_quantize_kernel<true><<<grid, block, 0, s>>>(x, ldx, n_in, n_blocks, vec, words, meta);
   } else {
-    q1_quantize_kernel<false><<<grid, 256, 0, s>>>(x, ldx, n_in, n_blocks, words, meta);
+    q1_quantize_kernel<false><<<grid, block, 0, s>>>(x, ldx, n_in, n_blocks, vec, words, meta);
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -658,15 +1177,34 @@ void q1_0_product(const GpuMatrix& w, const void* act, float* y, int64_t ldy, in
 }
 
 std::string q1_0_describe(const GpuMatrix& w, int64_t n_tokens, const Q1Options& o) {
+  if (n_tokens == 1 && o.one_launch) {
+    const FusedGemv f = single(w, nullptr, nullptr);
+    return describe_gemv(f, o.variant);
+  }
   return with_variant(o.variant, [&](auto l) { return l.describe(w, n_tokens); });
 }
 
 void matmul_q1_0(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int64_t ldy,
                  int64_t n_tokens, MatmulWorkspace& ws, const Q1Options& o, cudaStream_t s) {
   check_matmul_args(w, x, ldx, y, ldy, n_tokens);
+  if (n_tokens == 1 && o.one_launch) {
+    run_gemv(single(w, x, y), o.variant, o.pdl, s);
+    return;
+  }
   void* act = ws.get(q1_0_workspace_bytes(w.n_in, n_tokens), s);
   q1_0_quantize(w, x, ldx, n_tokens, act, o.variant, s);
   q1_0_product(w, act, y, ldy, n_tokens, o, s);
+}
+
+void q1_0_two_launch_gemv(const GpuMatrix& w, const float* x, float* y, MatmulWorkspace& ws,
+                          cudaStream_t s) {
+  Q1Options o = q1_default_options(w.n_in);
+  o.one_launch = false;
+  matmul_q1_0(w, x, w.n_in, y, w.n_out, 1, ws, o, s);
+}
+
+void matmul_fused_q1_0(const FusedGemv& f, Q1Variant v, cudaStream_t s) {
+  run_gemv(f, v, true, s);
 }
 
 }  // namespace gdn::cuda::mm

@@ -58,4 +58,16 @@ void matmul_q8(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int64_
   }
 }
 
+void matmul_fused_q8(const FusedGemv& f, cudaStream_t s) {
+  switch (f.w[0]->type) {
+    case quant::Type::Q8_0:
+      return chunked_fused<Q8Format>(f, s);
+    case quant::Type::Q4_0:
+      return chunked_fused<Q4Format>(f, s);
+    default:
+      fail("cuda matmul_fused_q8 '{}': type {} is not Q8_0/Q4_0", f.w[0]->name,
+           quant::type_info(f.w[0]->type).name);
+  }
+}
+
 }  // namespace gdn::cuda::mm

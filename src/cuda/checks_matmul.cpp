@@ -24,9 +24,33 @@
 //   other formats     quant::dot_row: f32 FMA chains against dot_row's lane sums and double
 //                     accumulation; a few 1e-6 at n_in = 17408, tolerance 1e-4.
 //
+// Q1_0 extras: activations with exact half-integer quotients (x = (k + 1/2)·d with d a power of
+// two), their neighbours one ulp away, all-zero and subnormal-scale blocks (`ties`): with one
+// block per row any code that differs from the CPU quantiser's roundf moves the result by
+// ~1e-3 of max|ref|, far above the tolerance. And matmul_q1_0_1launch_bits: every one-token
+// Q1_0 case also runs the two-launch path (quantise kernel + product kernel) and must match
+// the one-launch GEMV bit for bit.
+//
+// Fused decode GEMV (matmul_fused, rung norm-gemv-fused): every prologue x epilogue x 1-4
+// matrices for Q1_0, F32, BF16 and Q8_0 on small odd shapes (Q1_0 n_in 640 = 5 blocks, a
+// padded quad; F32 n_in 77 with head_dim 7, which no float4 divides), head_dim 320 and 2304
+// (norm_threads > 32: several virtual warps per head), misaligned input views (the scalar
+// staging path), one case each for F16, Q4_0, Q2_0 and PQ2_0, and the Bonsai-27B decode
+// shapes with their real prologues and epilogues. Two results per case:
+//   matmul_fused_<type>_bits  the fused launch against the unfused GPU sequence (rms_norm /
+//                             binary into a buffer, matmul() per matrix, binary Add /
+//                             SiluMul), memcmp of every output including the poisoned padding;
+//                             error = mismatching floats, tolerance 0.
+//   matmul_fused_<type>       against the CPU: each product by the reference dot (as above) on
+//                             the GPU prologue's output, the epilogue in f32; the format's
+//                             tolerance. (The prologue kernels themselves are checked against
+//                             the CPU by the ops family.)
+//
 // With --perf, GEMV cases of the Bonsai shapes are timed with enough uploaded copies of the
 // matrix that they exceed 150 MB (rotated by launch index, so weights come from DRAM as in
-// decode); Result.bytes = the weights as stored on the GPU + x + y.
+// decode); Result.bytes = the weights as stored on the GPU + x + y. Q1_0 matmul() is one launch
+// for one token. The fused Bonsai cases are timed the same way (bytes add gate / norm and the
+// residual read).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -37,11 +61,19 @@
 #include <vector>
 
 #include "common/parallel.h"
+#include "cpu/ops.h"
 #include "cuda/check.h"
 #include "cuda/device.h"
+#include "cuda/kernels.h"
 #include "cuda/matrix.h"
 #include "cuda/op_check.h"
 #include "quant/quant.h"
+
+namespace gdn::cuda::mm {
+// matmul_q1_0.cu (declared in matmul.cuh, which a C++20 file cannot include).
+void q1_0_two_launch_gemv(const GpuMatrix& w, const float* x, float* y, MatmulWorkspace& ws,
+                          cudaStream_t s);
+}  // namespace gdn::cuda::mm
 
 namespace gdn::cuda::opcheck {
 
@@ -142,13 +174,49 @@ struct Case {
   int64_t n_in, n_out, n_tokens;
   int64_t ldx_pad, ldy_pad;  // extra floats per row of x / y
   bool timed;
+  bool ties = false;  // Q1_0: activations on and next to rounding ties (tie_activations)
 };
+
+// Per 128-block: amax = 127·2^e (so d = 2^e exactly) and elements (k + 1/2)·2^e — exact
+// half-integer quotients, where roundf (away from zero) and round-to-even differ — or one ulp
+// beside them, or random; blocks 15, 31, ... all zero, blocks 7, 23, ... at scale 2^-140 (a
+// subnormal d).
+std::vector<float> tie_activations(Context& ctx, int64_t n) {
+  std::vector<float> x = ctx.random(static_cast<size_t>(n));
+  std::uniform_int_distribution<int> k(-127, 126), e(-8, 8), kind(0, 3);
+  for (int64_t b = 0; b < n / 128; ++b) {
+    float* v = x.data() + b * 128;
+    if (b % 16 == 15) {
+      std::fill_n(v, 128, 0.0f);
+      continue;
+    }
+    const int ex = b % 16 == 7 ? -140 : e(ctx.rng());
+    for (int j = 0; j < 128; ++j) {
+      const float tie = std::ldexp(float(k(ctx.rng())) + 0.5f, ex);
+      switch (kind(ctx.rng())) {
+        case 0:
+          v[j] = tie;
+          break;
+        case 1:
+          v[j] = std::nextafter(tie, INFINITY);
+          break;
+        case 2:
+          v[j] = std::nextafter(tie, -INFINITY);
+          break;
+        default:
+          v[j] = std::ldexp(v[j] * 126.0f, ex);
+      }
+    }
+    v[(b * 37) % 128] = std::ldexp(127.0f, ex) * (b % 2 ? 1.0f : -1.0f);  // the block's amax
+  }
+  return x;
+}
 
 void run_case(Context& ctx, std::vector<Result>& out, const Case& c) {
   const std::string op = fmt::format("matmul_{}", quant::type_info(c.type).name);
   const int64_t ldx = c.n_in + c.ldx_pad, ldy = c.n_out + c.ldy_pad, T = c.n_tokens;
-  const std::string shape =
-      fmt::format("{}->{} t{} ldx+{} ldy+{}", c.n_in, c.n_out, T, c.ldx_pad, c.ldy_pad);
+  const std::string shape = fmt::format("{}->{} t{} ldx+{} ldy+{}{}", c.n_in, c.n_out, T, c.ldx_pad,
+                                        c.ldy_pad, c.ties ? " ties" : "");
   cudaStream_t s = ctx.stream();
 
   const HostMatrix hm = random_matrix(ctx, c.type, c.n_in, c.n_out);
@@ -157,7 +225,8 @@ void run_case(Context& ctx, std::vector<Result>& out, const Case& c) {
   copies.push_back(upload_matrix(expand(hm, op, storage), s));
 
   // x: T rows of n_in random values, padding columns NaN.
-  const std::vector<float> x = ctx.random(static_cast<size_t>(T * c.n_in));
+  const std::vector<float> x =
+      c.ties ? tie_activations(ctx, T * c.n_in) : ctx.random(static_cast<size_t>(T * c.n_in));
   std::vector<float> xs(static_cast<size_t>(T * ldx), std::nanf(""));
   for (int64_t t = 0; t < T; ++t) {
     std::copy_n(x.begin() + t * c.n_in, c.n_in, xs.begin() + t * ldx);
@@ -189,8 +258,33 @@ void run_case(Context& ctx, std::vector<Result>& out, const Case& c) {
     r.passed = false;
     r.detail += fmt::format(" wrote y padding at float {}", stray);
   }
-  if (c.type == Type::Q1_0) {
+  if (c.type == Type::Q1_0 && !c.ties) {
     out.push_back(compare(op + "_f32", shape, gpu, reference(hm, x, T, false), 2e-2));
+  }
+  if (c.type == Type::Q1_0 && T == 1) {  // the one-launch GEMV against the two-launch path
+    DeviceBuffer dy2(static_cast<size_t>(c.n_out) * sizeof(float));
+    CUDA_CHECK(cudaMemsetAsync(dy2.get(), 0xff, dy2.bytes(), s));
+    mm::q1_0_two_launch_gemv(copies[0], dx.as<float>(), dy2.as<float>(), ws, s);
+    std::vector<float> y2(static_cast<size_t>(c.n_out));
+    CUDA_CHECK(cudaMemcpyAsync(y2.data(), dy2.get(), dy2.bytes(), cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    Result b;
+    b.op = op + "_1launch_bits";
+    b.shape = shape;
+    int64_t diff = 0, first = -1;
+    for (int64_t i = 0; i < c.n_out; ++i) {
+      if (std::memcmp(&y2[i], &gpu[i], sizeof(float)) != 0) {
+        if (first < 0) first = i;
+        ++diff;
+      }
+    }
+    b.error = double(diff);
+    b.passed = diff == 0;
+    if (!b.passed) {
+      b.detail = fmt::format("{} rows differ, first {}: one launch {} two launches {}", diff, first,
+                             gpu[first], y2[first]);
+    }
+    out.push_back(b);
   }
 
   if (ctx.perf() && c.timed) {
@@ -204,6 +298,424 @@ void run_case(Context& ctx, std::vector<Result>& out, const Case& c) {
     r.bytes = double(bytes) + 4.0 * double(c.n_in + c.n_out);
   }
   out.push_back(r);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fused decode GEMV
+
+struct FusedCase {
+  Type type = Type::F32;
+  Prologue pro = Prologue::None;
+  Epilogue epi = Epilogue::Store;
+  int64_t n_in = 0;
+  std::vector<int64_t> n_out;
+  int64_t head_dim = 0;   // HeadRmsNormSiluGate
+  bool misalign = false;  // x, gate and norm one float past a 16-byte boundary
+  bool timed = false;
+  std::string label;  // the Bonsai matrices it stands for
+};
+
+FusedCase fused_case(Type t, Prologue p, Epilogue e, int64_t n_in, std::vector<int64_t> outs,
+                     int64_t head_dim = 0, bool misalign = false) {
+  FusedCase c;
+  c.type = t;
+  c.pro = p;
+  c.epi = e;
+  c.n_in = n_in;
+  c.n_out = std::move(outs);
+  c.head_dim = head_dim;
+  c.misalign = misalign;
+  return c;
+}
+
+const char* prologue_name(Prologue p) {
+  switch (p) {
+    case Prologue::None:
+      return "none";
+    case Prologue::RmsNorm:
+      return "rms";
+    case Prologue::HeadRmsNormSiluGate:
+      return "headrms-silu";
+    case Prologue::SigmoidGate:
+      return "sigmoid";
+  }
+  return "?";
+}
+const char* epilogue_name(Epilogue e) {
+  switch (e) {
+    case Epilogue::Store:
+      return "store";
+    case Epilogue::AddInto:
+      return "add";
+    case Epilogue::SiluMulPair:
+      return "silu-pair";
+  }
+  return "?";
+}
+
+DevRows vec_rows(float* p, int64_t n) {
+  return DevRows{p, 1, n, n};
+}
+
+std::vector<float> download(const DeviceBuffer& b, size_t n, cudaStream_t s) {
+  std::vector<float> v(n);
+  CUDA_CHECK(cudaMemcpyAsync(v.data(), b.get(), n * sizeof(float), cudaMemcpyDeviceToHost, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  return v;
+}
+
+void run_fused_case(Context& ctx, std::vector<Result>& out, const FusedCase& c) {
+  cudaStream_t s = ctx.stream();
+  const int n = static_cast<int>(c.n_out.size());
+  const std::string op = fmt::format("matmul_fused_{}", quant::type_info(c.type).name);
+  std::string outs;
+  for (int i = 0; i < n; ++i) outs += fmt::format("{}{}", i ? "+" : "", c.n_out[i]);
+  const std::string shape =
+      fmt::format("{}{}->{} {}{} {}{}", c.label.empty() ? "" : c.label + " ", c.n_in, outs,
+                  prologue_name(c.pro),
+                  c.pro == Prologue::HeadRmsNormSiluGate ? fmt::format("/{}", c.head_dim) : "",
+                  epilogue_name(c.epi), c.misalign ? " misaligned" : "");
+  const float eps = 1e-6f;
+  const bool gated = c.pro == Prologue::HeadRmsNormSiluGate || c.pro == Prologue::SigmoidGate;
+  const bool normed = c.pro == Prologue::RmsNorm || c.pro == Prologue::HeadRmsNormSiluGate;
+  const int64_t norm_len = c.pro == Prologue::RmsNorm ? c.n_in : c.head_dim;
+  // Outputs: the matrices' n_out (Store), or one vector of n_out[0] (AddInto, SiluMulPair).
+  const int n_y = c.epi == Epilogue::Store ? n : 1;
+  constexpr int64_t kPad = 3;  // poisoned floats after every output
+
+  // Host data and uploads.
+  std::vector<HostMatrix> hm;
+  std::vector<std::vector<GpuMatrix>> copies(1);  // copies[k][i]: rotation sets for --perf
+  for (int i = 0; i < n; ++i) {
+    hm.push_back(random_matrix(ctx, c.type, c.n_in, c.n_out[i]));
+    std::vector<uint8_t> storage;
+    copies[0].push_back(upload_matrix(expand(hm[i], fmt::format("w{}", i), storage), s));
+  }
+  const std::vector<float> x = ctx.random(static_cast<size_t>(c.n_in));
+  const std::vector<float> gate = ctx.random(static_cast<size_t>(c.n_in), -4.0f, 4.0f);
+  const std::vector<float> norm =
+      ctx.random(static_cast<size_t>(std::max<int64_t>(norm_len, 1)), 0.5f, 1.5f);
+  const std::vector<float> residual = ctx.random(static_cast<size_t>(c.n_out[0]));
+  const int64_t off = c.misalign ? 1 : 0;
+  DeviceBuffer dx((c.n_in + 4) * sizeof(float)), dg((c.n_in + 4) * sizeof(float)),
+      dn((norm.size() + 4) * sizeof(float)), dp(c.n_in * sizeof(float));
+  float* x_d = dx.as<float>() + off;
+  float* g_d = dg.as<float>() + off;
+  float* n_d = dn.as<float>() + off;
+  CUDA_CHECK(cudaMemcpyAsync(x_d, x.data(), x.size() * 4, cudaMemcpyHostToDevice, s));
+  CUDA_CHECK(cudaMemcpyAsync(g_d, gate.data(), gate.size() * 4, cudaMemcpyHostToDevice, s));
+  CUDA_CHECK(cudaMemcpyAsync(n_d, norm.data(), norm.size() * 4, cudaMemcpyHostToDevice, s));
+  const auto output = [&](int i) { return c.n_out[static_cast<size_t>(i)] + kPad; };
+  const auto poisoned = [&](int i, bool with_residual) {
+    DeviceBuffer b(static_cast<size_t>(output(i)) * sizeof(float));
+    CUDA_CHECK(cudaMemsetAsync(b.get(), 0xff, b.bytes(), s));
+    if (with_residual) {
+      CUDA_CHECK(cudaMemcpyAsync(b.get(), residual.data(), residual.size() * 4,
+                                 cudaMemcpyHostToDevice, s));
+    }
+    return b;
+  };
+
+  // The unfused sequence: prologue kernels into dp, matmul() per matrix, the epilogue kernel.
+  const float* p_d = x_d;
+  switch (c.pro) {
+    case Prologue::None:
+      break;
+    case Prologue::RmsNorm:
+      rms_norm(vec_rows(x_d, c.n_in), vec_rows(dp.as<float>(), c.n_in), n_d, c.n_in, eps, s);
+      p_d = dp.as<float>();
+      break;
+    case Prologue::HeadRmsNormSiluGate:
+      rms_norm(vec_rows(x_d, c.n_in), vec_rows(dp.as<float>(), c.n_in), n_d, c.head_dim, eps, s);
+      binary(cpu::Binary::SiluMul, vec_rows(dp.as<float>(), c.n_in), vec_rows(g_d, c.n_in),
+             vec_rows(dp.as<float>(), c.n_in), s);
+      p_d = dp.as<float>();
+      break;
+    case Prologue::SigmoidGate:
+      binary(cpu::Binary::SigmoidMul, vec_rows(x_d, c.n_in), vec_rows(g_d, c.n_in),
+             vec_rows(dp.as<float>(), c.n_in), s);
+      p_d = dp.as<float>();
+      break;
+  }
+  MatmulWorkspace ws;
+  ws.reserve(c.n_in, 1);
+  std::vector<DeviceBuffer> products;
+  for (int i = 0; i < n; ++i) {
+    products.push_back(poisoned(i, false));
+    matmul(copies[0][i], p_d, c.n_in, products[i].as<float>(), c.n_out[i], 1, ws, s);
+  }
+  std::vector<DeviceBuffer> unfused;  // the outputs of the unfused sequence
+  if (c.epi == Epilogue::Store) {
+    unfused = std::move(products);
+  } else {
+    unfused.push_back(poisoned(0, c.epi == Epilogue::AddInto));
+    const DevRows y = vec_rows(unfused[0].as<float>(), c.n_out[0]);
+    if (c.epi == Epilogue::AddInto) {
+      binary(cpu::Binary::Add, vec_rows(products[0].as<float>(), c.n_out[0]),
+             vec_rows(products[0].as<float>(), c.n_out[0]), y, s);
+    } else {  // SiluMul with x = up (matrix 1), g = gate (matrix 0)
+      binary(cpu::Binary::SiluMul, vec_rows(products[1].as<float>(), c.n_out[0]),
+             vec_rows(products[0].as<float>(), c.n_out[0]), y, s);
+    }
+  }
+
+  // The fused launch.
+  std::vector<DeviceBuffer> fused;
+  for (int i = 0; i < n_y; ++i) fused.push_back(poisoned(i, c.epi == Epilogue::AddInto));
+  FusedGemv f;
+  f.prologue = c.pro;
+  f.epilogue = c.epi;
+  f.x = x_d;
+  f.gate = gated ? g_d : nullptr;
+  f.norm = normed ? n_d : nullptr;
+  f.head_dim = c.head_dim;
+  f.eps = eps;
+  f.n = n;
+  for (int i = 0; i < n; ++i) f.w[i] = &copies[0][i];
+  for (int i = 0; i < n_y; ++i) f.y[i] = fused[i].as<float>();
+  matmul_fused(f, s);
+
+  // Bit for bit against the unfused sequence (outputs and their poisoned padding).
+  Result bits;
+  bits.op = op + "_bits";
+  bits.shape = shape;
+  std::vector<float> gpu, gpu_all, ref_all;
+  int64_t diff = 0;
+  for (int i = 0; i < n_y; ++i) {
+    const std::vector<float> a = download(fused[i], static_cast<size_t>(output(i)), s);
+    const std::vector<float> b = download(unfused[i], static_cast<size_t>(output(i)), s);
+    for (int64_t j = 0; j < output(i); ++j) {
+      if (std::memcmp(&a[j], &b[j], sizeof(float)) != 0) {
+        if (diff++ == 0) {
+          bits.detail = fmt::format("output {} float {}: fused {} unfused {}", i, j, a[j], b[j]);
+        }
+      }
+    }
+    gpu_all.insert(gpu_all.end(), a.begin(), a.begin() + c.n_out[i]);
+  }
+  bits.error = double(diff);
+  bits.passed = diff == 0;
+  if (diff > 0) bits.detail = fmt::format("{} floats differ; first: {}", diff, bits.detail);
+  out.push_back(bits);
+
+  // Against the CPU: reference dots of the GPU prologue's output, the epilogue in f32.
+  const MatmulReference how = matmul_reference(c.type);
+  std::vector<float> p(static_cast<size_t>(c.n_in));
+  CUDA_CHECK(cudaMemcpyAsync(p.data(), p_d, p.size() * 4, cudaMemcpyDeviceToHost, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  std::vector<std::vector<float>> dots;
+  for (int i = 0; i < n; ++i) dots.push_back(reference(hm[i], p, 1, how.q8_128_activations));
+  if (c.epi == Epilogue::Store) {
+    for (const auto& d : dots) ref_all.insert(ref_all.end(), d.begin(), d.end());
+  } else {
+    for (int64_t r = 0; r < c.n_out[0]; ++r) {
+      ref_all.push_back(c.epi == Epilogue::AddInto ? residual[r] + dots[0][r]
+                                                   : dots[1][r] * cpu::silu(dots[0][r]));
+    }
+  }
+  Result r = compare(op, shape, gpu_all, ref_all, how.tolerance);
+
+  if (ctx.perf() && c.timed) {
+    double bytes = 0;
+    for (const GpuMatrix& w : copies[0]) bytes += double(w.device_bytes());
+    const int n_copies = static_cast<int>(std::ceil(kRotateBytes / bytes)) + 1;
+    for (int k = 1; k < n_copies; ++k) {
+      copies.emplace_back();
+      for (int i = 0; i < n; ++i) {
+        std::vector<uint8_t> storage;
+        copies[k].push_back(upload_matrix(expand(hm[i], fmt::format("w{}", i), storage), s));
+      }
+    }
+    r.us = ctx.time_us([&](int launch) {
+      FusedGemv g = f;
+      for (int i = 0; i < n; ++i) g.w[i] = &copies[static_cast<size_t>(launch) % copies.size()][i];
+      matmul_fused(g, s);
+    });
+    int64_t y_floats = 0;
+    for (int i = 0; i < n_y; ++i) y_floats += c.n_out[i] * (c.epi == Epilogue::AddInto ? 2 : 1);
+    r.bytes = bytes + 4.0 * double(c.n_in * (gated ? 2 : 1) + (normed ? norm_len : 0) + y_floats);
+  }
+  out.push_back(r);
+}
+
+void add_fused_checks(Context& ctx, std::vector<Result>& out) {
+  const Prologue pros[] = {Prologue::None, Prologue::RmsNorm, Prologue::HeadRmsNormSiluGate,
+                           Prologue::SigmoidGate};
+  // Every prologue x epilogue x matrix count on small odd shapes.
+  for (Type t : {Type::Q1_0, Type::F32, Type::BF16, Type::Q8_0}) {
+    const bool q1 = t == Type::Q1_0;
+    const int64_t n_in = q1 ? 640 : t == Type::F32 ? 77 : 96;
+    const int64_t head = q1 ? 128 : t == Type::F32 ? 7 : 32;
+    for (Prologue p : pros) {
+      const int64_t hd = p == Prologue::HeadRmsNormSiluGate ? head : 0;
+      for (const std::vector<int64_t>& outs :
+           std::vector<std::vector<int64_t>>{{77}, {3, 1000}, {16, 1, 300}, {48, 77, 33, 200}}) {
+        run_fused_case(ctx, out, fused_case(t, p, Epilogue::Store, n_in, outs, hd));
+      }
+      run_fused_case(ctx, out, fused_case(t, p, Epilogue::AddInto, n_in, {1000}, hd));
+      run_fused_case(ctx, out, fused_case(t, p, Epilogue::SiluMulPair, n_in, {77, 77}, hd));
+      run_fused_case(ctx, out, fused_case(t, p, Epilogue::SiluMulPair, n_in, {300, 300}, hd, true));
+    }
+    // Heads longer than 256 (several virtual warps per head) and misaligned views.
+    run_fused_case(
+        ctx, out,
+        fused_case(t, Prologue::HeadRmsNormSiluGate, Epilogue::AddInto, 1280, {129}, 320, true));
+    run_fused_case(
+        ctx, out,
+        fused_case(t, Prologue::HeadRmsNormSiluGate, Epilogue::Store, 4608, {40, 17}, 2304));
+    run_fused_case(ctx, out,
+                   fused_case(t, Prologue::RmsNorm, Epilogue::Store, 17408, {33}, 0, true));
+  }
+  for (Type t : {Type::F16, Type::Q4_0, Type::Q2_0, Type::PQ2_0}) {
+    run_fused_case(ctx, out,
+                   fused_case(t, Prologue::RmsNorm, Epilogue::SiluMulPair, 1024, {100, 100}));
+    run_fused_case(
+        ctx, out,
+        fused_case(t, Prologue::HeadRmsNormSiluGate, Epilogue::AddInto, 1024, {65}, 128, true));
+  }
+  // The Bonsai-27B decode GEMVs with their real prologues and epilogues (Q1_0; beta/alpha BF16).
+  const auto bonsai = [&](Type t, Prologue p, Epilogue e, int64_t n_in, std::vector<int64_t> outs,
+                          int64_t hd, const char* label) {
+    FusedCase fc = fused_case(t, p, e, n_in, std::move(outs), hd);
+    fc.timed = true;
+    fc.label = label;
+    run_fused_case(ctx, out, fc);
+  };
+  bonsai(Type::Q1_0, Prologue::RmsNorm, Epilogue::Store, 5120, {10240, 6144}, 0, "qkv+z");
+  bonsai(Type::BF16, Prologue::RmsNorm, Epilogue::Store, 5120, {48, 48}, 0, "beta+alpha");
+  bonsai(Type::Q1_0, Prologue::RmsNorm, Epilogue::SiluMulPair, 5120, {17408, 17408}, 0, "gate+up");
+  bonsai(Type::Q1_0, Prologue::RmsNorm, Epilogue::Store, 5120, {12288, 1024, 1024}, 0, "q+k+v");
+  bonsai(Type::Q1_0, Prologue::HeadRmsNormSiluGate, Epilogue::AddInto, 6144, {5120}, 128,
+         "ssm_out");
+  bonsai(Type::Q1_0, Prologue::SigmoidGate, Epilogue::AddInto, 6144, {5120}, 0, "attn_output");
+  bonsai(Type::Q1_0, Prologue::None, Epilogue::AddInto, 17408, {5120}, 0, "ffn_down");
+  bonsai(Type::Q1_0, Prologue::RmsNorm, Epilogue::Store, 5120, {248320}, 0, "output");
+}
+
+// Every way matmul_fused must refuse, with its message naming the matrices.
+void add_fused_refusals(Context& ctx, std::vector<Result>& out) {
+  cudaStream_t s = ctx.stream();
+  std::vector<uint8_t> st;
+  const HostMatrix a = random_matrix(ctx, Type::Q1_0, 256, 16);
+  const HostMatrix b = random_matrix(ctx, Type::Q8_0, 256, 16);
+  const HostMatrix c = random_matrix(ctx, Type::Q1_0, 384, 16);
+  const HostMatrix d = random_matrix(ctx, Type::Q1_0, 256, 32);
+  const GpuMatrix wa = upload_matrix(expand(a, "wa", st), s),
+                  wb = upload_matrix(expand(b, "wb", st), s),
+                  wc = upload_matrix(expand(c, "wc", st), s),
+                  wd = upload_matrix(expand(d, "wd", st), s);
+  DeviceBuffer buf(4096 * sizeof(float));
+  float* x = buf.as<float>();
+  float* y = x + 1024;
+  float* y2 = x + 2048;
+  const auto base = [&] {
+    FusedGemv f;
+    f.x = x;
+    f.n = 1;
+    f.w[0] = &wa;
+    f.y[0] = y;
+    return f;
+  };
+  struct Refusal {
+    const char* what;
+    FusedGemv f;
+  };
+  std::vector<Refusal> cases;
+  {
+    auto f = base();
+    f.n = 2;
+    f.w[1] = &wb;
+    f.y[1] = y2;
+    cases.push_back({"mixed families", f});
+  }
+  {
+    auto f = base();
+    f.n = 2;
+    f.w[1] = &wc;
+    f.y[1] = y2;
+    cases.push_back({"unequal n_in", f});
+  }
+  {
+    auto f = base();
+    f.n = 0;
+    cases.push_back({"no matrices", f});
+  }
+  {
+    auto f = base();
+    f.n = 5;
+    cases.push_back({"five matrices", f});
+  }
+  {
+    auto f = base();
+    f.epilogue = Epilogue::AddInto;
+    f.n = 2;
+    f.w[1] = &wa;
+    cases.push_back({"add_into with two", f});
+  }
+  {
+    auto f = base();
+    f.epilogue = Epilogue::SiluMulPair;
+    cases.push_back({"pair with one", f});
+  }
+  {
+    auto f = base();
+    f.epilogue = Epilogue::SiluMulPair;
+    f.n = 2;
+    f.w[1] = &wd;
+    cases.push_back({"pair n_out differ", f});
+  }
+  {
+    auto f = base();
+    f.n = 2;
+    f.w[1] = &wa;
+    cases.push_back({"missing output", f});
+  }
+  {
+    auto f = base();
+    f.x = nullptr;
+    cases.push_back({"no x", f});
+  }
+  {
+    auto f = base();
+    f.prologue = Prologue::RmsNorm;
+    cases.push_back({"no norm", f});
+  }
+  {
+    auto f = base();
+    f.prologue = Prologue::SigmoidGate;
+    cases.push_back({"no gate", f});
+  }
+  {
+    auto f = base();
+    f.prologue = Prologue::HeadRmsNormSiluGate;
+    f.gate = x;
+    f.norm = x;
+    f.head_dim = 100;
+    cases.push_back({"head_dim", f});
+  }
+  {
+    auto f = base();
+    f.y[0] = x + 8;
+    cases.push_back({"output overlaps x", f});
+  }
+  {
+    auto f = base();
+    f.w[0] = nullptr;
+    cases.push_back({"null matrix", f});
+  }
+  for (const Refusal& rc : cases) {
+    Result r;
+    r.op = "matmul_fused_refuses";
+    r.shape = rc.what;
+    try {
+      matmul_fused(rc.f, s);
+      CUDA_CHECK(cudaStreamSynchronize(s));
+      r.detail = "accepted";
+    } catch (const Error&) {
+      r.passed = true;
+    }
+    out.push_back(r);
+  }
 }
 
 }  // namespace
@@ -236,9 +748,19 @@ void add_matmul_checks(Context& ctx, std::vector<Result>& out) {
       }
       cases.push_back({t, 5120, 6144, 64, 0, 0, false});
       cases.push_back({t, 5120, 248320, 1, 0, 0, true});
+      // Activations on rounding ties: one block per row (a flipped code is visible), and more.
+      Case ties{t, 128, 1000, 1, 0, 0, false};
+      ties.ties = true;
+      cases.push_back(ties);
+      ties.n_in = 2048;
+      cases.push_back(ties);
+      ties.n_tokens = 7;
+      cases.push_back(ties);
     }
     for (const Case& c : cases) run_case(ctx, out, c);
   }
+  add_fused_checks(ctx, out);
+  add_fused_refusals(ctx, out);
 }
 
 }  // namespace gdn::cuda::opcheck

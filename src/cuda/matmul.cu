@@ -187,7 +187,7 @@ void check_fused(const FusedGemv& f) {
   const GpuMatrix& w0 = *f.w[0];
   for (int i = 1; i < f.n; ++i) {
     if (fused_family(f.w[i]->type) != fused_family(w0.type)) {
-      bad("the matrices mix kernel families (Q1_0 and chunked formats cannot share a launch)");
+      bad("the matrices mix weight types (a fused launch serves one format)");
     }
     if (f.w[i]->n_in != w0.n_in) bad("the matrices' n_in differ");
   }
@@ -295,7 +295,7 @@ void matmul(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int64_t l
             int64_t n_tokens, MatmulWorkspace& ws, cudaStream_t s) {
   switch (w.type) {
     case quant::Type::Q1_0:
-      mm::matmul_q1_0(w, x, ldx, y, ldy, n_tokens, ws, mm::q1_default_options(w.n_in), s);
+      mm::matmul_q1_0(w, x, ldx, y, ldy, n_tokens, ws, mm::q1_default_options(w.n_in, w.n_out), s);
       return;
     case quant::Type::Q8_0:
     case quant::Type::Q4_0:
@@ -315,19 +315,21 @@ void matmul(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int64_t l
 }
 
 int matmul_launches(const GpuMatrix& w, int64_t n_tokens) {
-  // Q1_0 batched: quantise + product; one token: the one-launch GEMV.
-  return w.type == quant::Type::Q1_0 && n_tokens > 1 ? 2 : 1;
+  // Q1_0: quantise + product, or for one token the one-launch GEMV where it is the default.
+  if (w.type != quant::Type::Q1_0) return 1;
+  return n_tokens == 1 && mm::q1_default_options(w.n_in, w.n_out).one_launch ? 1 : 2;
 }
 
+// The fused kernels are templated on the weight format: one launch serves one type.
 int fused_family(quant::Type t) {
-  return t == quant::Type::Q1_0 ? 0 : 1;
+  return static_cast<int>(t);
 }
 
 void matmul_fused(const FusedGemv& f, cudaStream_t s) {
   check_fused(f);
   switch (f.w[0]->type) {
     case quant::Type::Q1_0:
-      mm::matmul_fused_q1_0(f, mm::q1_default_options(f.w[0]->n_in).variant, s);
+      mm::matmul_fused_q1_0(f, mm::q1_default_options(f.w[0]->n_in, 0).variant, s);
       return;
     case quant::Type::Q8_0:
     case quant::Type::Q4_0:

@@ -667,8 +667,9 @@ struct Q1Options {
   bool one_launch = false;
 };
 const char* q1_variant_name(Q1Variant v);
-// The variant matmul() uses for this n_in (one_launch set).
-Q1Options q1_default_options(int64_t n_in);
+// The variant matmul() uses for this shape (one_launch set for one token when it is the
+// faster path; n_out 0: the one-launch variant, as matmul_fused runs it).
+Q1Options q1_default_options(int64_t n_in, int64_t n_out);
 GpuMatrix upload_q1_0(const model::Matrix& m, cudaStream_t s);
 size_t q1_0_workspace_bytes(int64_t n_in, int64_t n_tokens);
 // Quantises x into act (q1_0_workspace_bytes(n_in, n_tokens) bytes) for the given variant.
@@ -687,7 +688,7 @@ void matmul_q1_0(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int6
 void q1_0_two_launch_gemv(const GpuMatrix& w, const float* x, float* y, MatmulWorkspace& ws,
                           cudaStream_t s);
 // The fused decode GEMV of Q1_0 matrices (f validated by matmul_fused), variant v (kBmma2 or
-// kBmma4; matmul_fused passes q1_default_options(n_in).variant).
+// kBmma4; matmul_fused passes q1_default_options(n_in, 0).variant).
 void matmul_fused_q1_0(const FusedGemv& f, Q1Variant v, cudaStream_t s);
 
 }  // namespace gdn::cuda::mm

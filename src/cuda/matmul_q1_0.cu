@@ -1079,12 +1079,20 @@ const char* q1_variant_name(Q1Variant v) {
   return "?";
 }
 
-Q1Options q1_default_options(int64_t n_in) {
+Q1Options q1_default_options(int64_t n_in, int64_t n_out) {
+  // Two quads per warp; inputs too long for 18 warps of two quads take four. One token: the
+  // one-launch kernel where it measured faster, the two-launch flat kernel for wide outputs.
+  // Measured (H200, bench/gemv_lab, 2026-11-30, µs in a graph): one-launch / two-launch flat /
+  // two-launch prefetch: 5120->6144 4.73 / 5.34 / 4.97, 6144->5120 4.80 / 5.63 / 5.34,
+  // 17408->5120 11.17 / 11.82 / 13.28; but 5120->10240 7.48 / 6.91 / 7.79, 5120->17408
+  // 9.40 / 8.90 / 10.07 and the 248320-row head 80.65 / 48.93 (87% of copy) / 58.81. The
+  // variants share the cut and the per-block arithmetic, so all give the same bits.
+  const bool wide = n_out >= 10000;
+  const bool q2 = ceil_div(n_in, 512) <= 36;
   Q1Options o;
-  // Provisional until the lab's numbers pick (bench/gemv_lab.cu): two quads per warp; inputs
-  // too long for 18 warps of two quads take four.
-  o.variant = ceil_div(n_in, 512) <= 36 ? Q1Variant::kBmma2 : Q1Variant::kBmma4;
-  o.one_launch = true;
+  o.variant = q2 ? (wide ? Q1Variant::kBmma2Flat : Q1Variant::kBmma2)
+                 : (wide ? Q1Variant::kBmma4Flat : Q1Variant::kBmma4);
+  o.one_launch = !wide;
   return o;
 }
 
@@ -1198,7 +1206,7 @@ void matmul_q1_0(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int6
 
 void q1_0_two_launch_gemv(const GpuMatrix& w, const float* x, float* y, MatmulWorkspace& ws,
                           cudaStream_t s) {
-  Q1Options o = q1_default_options(w.n_in);
+  Q1Options o = q1_default_options(w.n_in, 0);
   o.one_launch = false;
   matmul_q1_0(w, x, w.n_in, y, w.n_out, 1, ws, o, s);
 }

@@ -96,8 +96,9 @@ struct FusedGemv {
   float* y[kMaxFusedMatrices] = {};  // Store: one per matrix; AddInto, SiluMulPair: y[0]
 };
 
-// Matrices of one family (and equal n_in) can share a matmul_fused launch: 0 for Q1_0, 1 for
-// the chunked formats (F32, F16, BF16, Q8_0, Q4_0, Q2_0, PQ2_0).
+// Matrices of one family (and equal n_in) can share a matmul_fused launch. The fused kernels
+// are templated on the weight format, so a family is one weight type (a model mixing Q8_0 and
+// BF16 projections of one input runs one launch per type).
 int fused_family(quant::Type t);
 // One launch. Throws gdn::Error (naming the matrices, types and shapes) for mixed families or
 // n_in, a matrix count the epilogue does not take, or missing operands.

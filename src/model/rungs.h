@@ -22,10 +22,11 @@ enum class Rung : uint8_t {
   StateInplace,     // the GDN kernel reads the recurrent state from the slot (no gather)
   StateWriteFused,  // the GDN kernel writes the updated state into the slot (no scatter)
   GatingFused,      // beta = sigmoid(b), g = softplus(a + dt_bias)·A inside the GDN kernel
-  L2NormFused,      // q/k L2 normalisation inside the GDN kernel
+  L2NormFused,      // q/k L2 normalisation inside the GDN kernel (decode programs)
   ConvInplace,      // conv reads/writes its state in the slot, SiLU fused (no concat/copy)
   NormGemvFused,    // norms and gates in the GEMV prologue, residual/SwiGLU in its epilogue,
-                    // GEMVs sharing an input in one launch (decode programs)
+                    // GEMVs sharing an input in one launch (decode programs; the
+                    // output head stays unfused)
   Graphs,           // the decode step replayed as one CUDA graph
   StateF16,         // recurrent state stored as f16 (not exact)
   StateBf16,        // recurrent state stored as bf16 (not exact)

@@ -34,7 +34,8 @@ Trace greedy(runtime::Executor& ex, const std::vector<int32_t>& prompt, int step
   Trace t;
   std::vector<float> row;
   ex.reset_slot(0);
-  for (size_t i = 0; i + 1 < prompt.size(); ++i) ex.forward(std::span(&prompt[i], 1), 0, false, row);
+  for (size_t i = 0; i + 1 < prompt.size(); ++i)
+    ex.forward(std::span(&prompt[i], 1), 0, false, row);
   int32_t next = prompt.back();
   for (int s = 0; s < steps; ++s) {
     ex.forward(std::span<const int32_t>(&next, 1), 0, false, row);
@@ -126,8 +127,8 @@ TEST(CudaLadder, ReducedPrecisionStatesKeepTheFusedStateWrite) {
     const Trace t = greedy(ex, {1}, steps);
     for (Rungs io : {Rungs::none(), Rungs::none().with(Rung::StateInplace),
                      Rungs::none().with(Rung::StateWriteFused)}) {
-      ex.set_rungs(Rungs::exact().without(Rung::StateInplace).without(Rung::StateWriteFused).with(st) |
-                   io);
+      ex.set_rungs(
+          Rungs::exact().without(Rung::StateInplace).without(Rung::StateWriteFused).with(st) | io);
       EXPECT_EQ(greedy(ex, {1}, steps).logits, t.logits)
           << model::rung_info(st).name << " with " << model::format_rungs(io);
     }
@@ -140,9 +141,10 @@ TEST(CudaLadder, ReducedPrecisionStatesKeepTheFusedStateWrite) {
       }
       if (first_token < 0 && t.tokens[s] != f32.tokens[s]) first_token = s;
     }
-    std::printf("%s vs f32 state over %d greedy steps: max|dlogit| %.4g (%.3g of max|logit|), "
-                "first differing token at step %d (-1: none)\n",
-                model::rung_info(st).name, steps, dev, dev / max_logit, first_token);
+    std::printf(
+        "%s vs f32 state over %d greedy steps: max|dlogit| %.4g (%.3g of max|logit|), "
+        "first differing token at step %d (-1: none)\n",
+        model::rung_info(st).name, steps, dev, dev / max_logit, first_token);
     EXPECT_GT(dev, 0.0) << "the state was not stored in reduced precision";
   }
 }

@@ -65,12 +65,12 @@ TEST(Rungs, EachRungRemovesThePredictedStepsAndTheyAdd) {
   const int64_t gdn = hp.n_recurrent(), att = hp.n_attention(), L = hp.n_layer;
   const int64_t base = steps(m->model, Rungs::none());
   const auto removed = [&](Rung r) { return base - steps(m->model, Rungs::none().with(r)); };
-  EXPECT_EQ(removed(Rung::StateInplace), gdn);       // the gather
-  EXPECT_EQ(removed(Rung::StateWriteFused), gdn);    // the scatter
-  EXPECT_EQ(removed(Rung::GatingFused), 4 * gdn);    // sigmoid, add, softplus, mul
-  EXPECT_EQ(removed(Rung::L2NormFused), 2 * gdn);    // q and k norms
-  EXPECT_EQ(removed(Rung::ConvInplace), 3 * gdn);    // concat, state copy, silu
-  EXPECT_EQ(removed(Rung::Graphs), 0);               // not a program rewrite
+  EXPECT_EQ(removed(Rung::StateInplace), gdn);     // the gather
+  EXPECT_EQ(removed(Rung::StateWriteFused), gdn);  // the scatter
+  EXPECT_EQ(removed(Rung::GatingFused), 4 * gdn);  // sigmoid, add, softplus, mul
+  EXPECT_EQ(removed(Rung::L2NormFused), 2 * gdn);  // q and k norms
+  EXPECT_EQ(removed(Rung::ConvInplace), 3 * gdn);  // concat, state copy, silu
+  EXPECT_EQ(removed(Rung::Graphs), 0);             // not a program rewrite
   // norm-gemv-fused per layer: the input norm and its GEMVs become one step (GDN: 5 → 1,
   // attention: 4 → 1), the gate + GEMV + add (GDN: 4 → 1, attention: 3 → 1), the FFN
   // (norm, 3 GEMVs, SwiGLU, add: 6 → 2); the output head stays unfused (program.cpp says why).
@@ -99,7 +99,9 @@ std::vector<float> decode(runtime::Executor& ex, const std::vector<int32_t>& ids
 TEST(Rungs, EveryCombinationIsBitIdenticalOnTheCpu) {
   for (quant::Type type : {quant::Type::F32, quant::Type::Q1_0}) {
     auto m = tiny(type);
-    cpu::CpuExecutor ex(m->model, {.n_slots = 1, .n_ctx = 32, .n_threads = 2,
+    cpu::CpuExecutor ex(m->model, {.n_slots = 1,
+                                   .n_ctx = 32,
+                                   .n_threads = 2,
                                    .q8_activations = type == quant::Type::Q1_0,
                                    .rungs = Rungs::none()});
     const std::vector<int32_t> ids = {5, 17, 300, 2047, 0, 99};
@@ -146,7 +148,8 @@ TEST(Rungs, ReducedPrecisionStatesStayCloseAndKeepTheFusedWrite) {
     ex.set_rungs(Rungs::none().with(st));
     EXPECT_EQ(decode(ex, ids), fused) << model::rung_info(st).name;
     double dev = 0.0;
-    for (size_t i = 0; i < f32.size(); ++i) dev = std::max(dev, double(std::fabs(fused[i] - f32[i])));
+    for (size_t i = 0; i < f32.size(); ++i)
+      dev = std::max(dev, double(std::fabs(fused[i] - f32[i])));
     EXPECT_GT(dev, 0.0) << model::rung_info(st).name << " changed nothing: not stored rounded?";
     EXPECT_LT(dev, 0.05 * max_logit) << model::rung_info(st).name;
   }

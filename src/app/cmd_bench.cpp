@@ -106,7 +106,8 @@ std::vector<std::vector<Result>> measure(runtime::Executor& ex, const std::vecto
   for (const Config& c : configs) {
     configure(ex, c);
     Result scratch;
-    for (const Test& t : tests) time_test(ex, {t.name, t.prefill, t.prefill ? t.n : 2}, n_vocab, scratch);
+    for (const Test& t : tests)
+      time_test(ex, {t.name, t.prefill, t.prefill ? t.n : 2}, n_vocab, scratch);
   }
   for (int round = 0; round < a.rounds; ++round) {
     for (size_t ci = 0; ci < configs.size(); ++ci) {
@@ -138,7 +139,8 @@ std::vector<Config> ladder_configs() {
     c.push_back({fmt::format("{} alone", i.name), model::Rungs::none().with(i.rung)});
   }
   for (const model::RungInfo& i : model::rung_table()) {
-    if (!i.exact) c.push_back({fmt::format("all + {}", i.name), model::Rungs::exact().with(i.rung)});
+    if (!i.exact)
+      c.push_back({fmt::format("all + {}", i.name), model::Rungs::exact().with(i.rung)});
   }
   return c;
 }
@@ -147,7 +149,8 @@ std::string dispatch_breakdown(const runtime::DispatchCount& d, double per) {
   std::vector<std::pair<std::string, int64_t>> ops(d.by_op.begin(), d.by_op.end());
   std::sort(ops.begin(), ops.end(), [](auto& x, auto& y) { return x.second > y.second; });
   std::string s;
-  for (const auto& [op, n] : ops) s += fmt::format("{}{} {:.1f}", s.empty() ? "" : ", ", op, double(n) / per);
+  for (const auto& [op, n] : ops)
+    s += fmt::format("{}{} {:.1f}", s.empty() ? "" : ", ", op, double(n) / per);
   return s;
 }
 
@@ -174,7 +177,8 @@ int run_null_dispatches(runtime::Executor& ex, const BenchArgs& a, int64_t n_voc
   std::vector<Config> configs;
   for (bool graphs : {true, false}) {
     for (int n : a.null_dispatches) {
-      const model::Rungs r = graphs ? base.with(model::Rung::Graphs) : base.without(model::Rung::Graphs);
+      const model::Rungs r =
+          graphs ? base.with(model::Rung::Graphs) : base.without(model::Rung::Graphs);
       configs.push_back({fmt::format("{} graphs, {} nulls", graphs ? "with" : "without", n), r, n});
     }
   }
@@ -192,9 +196,10 @@ int run_null_dispatches(runtime::Executor& ex, const BenchArgs& a, int64_t n_voc
                  res[c][0].dispatches.total);
     }
     const Fit f = fit_line(x, y);
-    fmt::print("fit {} graphs: {:.3f} µs per dispatch (ms/token = {:.4f} + N·{:.6f}, R² = {:.4f})\n",
-               g == 0 ? "with" : "without", f.us_per_dispatch, f.intercept_ms,
-               f.us_per_dispatch / 1e3, f.r2);
+    fmt::print(
+        "fit {} graphs: {:.3f} µs per dispatch (ms/token = {:.4f} + N·{:.6f}, R² = {:.4f})\n",
+        g == 0 ? "with" : "without", f.us_per_dispatch, f.intercept_ms, f.us_per_dispatch / 1e3,
+        f.r2);
   }
   return 0;
 }
@@ -218,7 +223,8 @@ int run_bench(const BenchArgs& a) {
   if (a.n_gen > 0) tests.push_back({fmt::format("tg{}", a.n_gen), false, a.n_gen});
   if (tests.empty()) fail("nothing to run: -p and -n are both 0");
   const std::vector<Config> configs =
-      a.ladder ? ladder_configs() : std::vector<Config>{{model::format_rungs(ex.rungs()), ex.rungs()}};
+      a.ladder ? ladder_configs()
+               : std::vector<Config>{{model::format_rungs(ex.rungs()), ex.rungs()}};
   const auto res = measure(ex, configs, tests, a, V);
 
   nlohmann::json rows = nlohmann::json::array();

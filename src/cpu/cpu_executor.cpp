@@ -10,7 +10,7 @@ namespace gdn::cpu {
 using model::Op;
 
 CpuExecutor::CpuExecutor(const model::Model& model, const runtime::ExecutorOptions& opts)
-    : model_(model), opts_(opts), pool_(opts.n_threads) {
+    : Executor(opts), model_(model), opts_(opts), pool_(opts.n_threads) {
   if (opts.n_slots <= 0) fail("cpu executor: n_slots must be positive, got {}", opts.n_slots);
   if (opts.n_ctx <= 0) fail("cpu executor: n_ctx must be positive, got {}", opts.n_ctx);
   slots_.resize(static_cast<size_t>(opts.n_slots));
@@ -52,24 +52,19 @@ void CpuExecutor::copy_slot(int src, int dst) {
   if (src != dst) slots_[static_cast<size_t>(dst)] = from;
 }
 
-void CpuExecutor::set_null_dispatches(int n) {
-  if (n < 0) fail("null dispatches must be >= 0, got {}", n);
-  opts_.null_dispatches = n;
-}
-
 void CpuExecutor::set_rungs(model::Rungs rungs) {
-  const bool reset = rungs.state_type() != opts_.rungs.state_type();
-  opts_.rungs = rungs;
+  const bool reset = rungs.state_type() != build_.rungs.state_type();
+  build_.rungs = rungs;
   if (reset) {
     for (int s = 0; s < static_cast<int>(slots_.size()); ++s) reset_slot(s);
   }
 }
 
 const model::Program& CpuExecutor::program(int64_t n_tokens, bool all_logits) {
-  auto& p = programs_[{n_tokens, all_logits, opts_.rungs, opts_.null_dispatches}];
+  auto& p = programs_[{n_tokens, all_logits, build_.rungs, build_.null_dispatches}];
   if (!p) {
-    p = std::make_unique<model::Program>(model::build_forward(
-        model_, n_tokens, all_logits, {.rungs = opts_.rungs, .null_dispatches = opts_.null_dispatches}));
+    p = std::make_unique<model::Program>(
+        model::build_forward(model_, n_tokens, all_logits, build_));
   }
   return *p;
 }
@@ -77,7 +72,7 @@ const model::Program& CpuExecutor::program(int64_t n_tokens, bool all_logits) {
 // A reduced-precision state is stored rounded (f16/bf16, round-to-nearest-even): the CUDA
 // executor's slot storage, emulated on f32 values.
 void CpuExecutor::round_state(std::vector<float>& state) const {
-  switch (opts_.rungs.state_type()) {
+  switch (build_.rungs.state_type()) {
     case model::StateType::F32:
       return;
     case model::StateType::F16:
@@ -181,7 +176,8 @@ void CpuExecutor::step(const model::Step& s, const model::Program& p, const int3
         const Rows w = in(0);
         const int64_t hist = hp.ssm_conv_kernel - 1;
         std::vector<float> history(static_cast<size_t>(hist * w.cols));
-        for (int64_t r = 0; r < hist; ++r) std::copy(w.row(r), w.row(r) + w.cols, &history[r * w.cols]);
+        for (int64_t r = 0; r < hist; ++r)
+          std::copy(w.row(r), w.row(r) + w.cols, &history[r * w.cols]);
         conv_step({w.row(hist), w.rows - hist, w.cols, w.ld}, y, s.vec->data(), hp.ssm_conv_kernel,
                   history.data());
       } else {
@@ -194,7 +190,8 @@ void CpuExecutor::step(const model::Step& s, const model::Program& p, const int3
       const std::vector<float>& st = slot.conv.at(static_cast<size_t>(s.layer));
       const Rows x = in(0), y = view(p, s.out);
       const int64_t hist = hp.ssm_conv_kernel - 1;
-      for (int64_t r = 0; r < hist; ++r) std::copy(&st[r * y.cols], &st[(r + 1) * y.cols], y.row(r));
+      for (int64_t r = 0; r < hist; ++r)
+        std::copy(&st[r * y.cols], &st[(r + 1) * y.cols], y.row(r));
       for (int64_t r = 0; r < x.rows; ++r) std::copy(x.row(r), x.row(r) + x.cols, y.row(hist + r));
       return;
     }

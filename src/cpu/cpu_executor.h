@@ -33,8 +33,6 @@ class CpuExecutor : public runtime::Executor {
   void reset_slot(int slot) override;
   void copy_slot(int src, int dst) override;
   void set_rungs(model::Rungs rungs) override;
-  model::Rungs rungs() const override { return opts_.rungs; }
-  void set_null_dispatches(int n) override;
 
   // Runs one program directly (tests use this to compare programs).
   void run(const model::Program& p, std::span<const int32_t> ids, int slot,

@@ -328,31 +328,6 @@ FusedCase fused_case(Type t, Prologue p, Epilogue e, int64_t n_in, std::vector<i
   return c;
 }
 
-const char* prologue_name(Prologue p) {
-  switch (p) {
-    case Prologue::None:
-      return "none";
-    case Prologue::RmsNorm:
-      return "rms";
-    case Prologue::HeadRmsNormSiluGate:
-      return "headrms-silu";
-    case Prologue::SigmoidGate:
-      return "sigmoid";
-  }
-  return "?";
-}
-const char* epilogue_name(Epilogue e) {
-  switch (e) {
-    case Epilogue::Store:
-      return "store";
-    case Epilogue::AddInto:
-      return "add";
-    case Epilogue::SiluMulPair:
-      return "silu-pair";
-  }
-  return "?";
-}
-
 DevRows vec_rows(float* p, int64_t n) {
   return DevRows{p, 1, n, n};
 }
@@ -372,9 +347,9 @@ void run_fused_case(Context& ctx, std::vector<Result>& out, const FusedCase& c) 
   for (int i = 0; i < n; ++i) outs += fmt::format("{}{}", i ? "+" : "", c.n_out[i]);
   const std::string shape =
       fmt::format("{}{}->{} {}{} {}{}", c.label.empty() ? "" : c.label + " ", c.n_in, outs,
-                  prologue_name(c.pro),
+                  model::prologue_name(c.pro),
                   c.pro == Prologue::HeadRmsNormSiluGate ? fmt::format("/{}", c.head_dim) : "",
-                  epilogue_name(c.epi), c.misalign ? " misaligned" : "");
+                  model::epilogue_name(c.epi), c.misalign ? " misaligned" : "");
   const float eps = 1e-6f;
   const bool gated = c.pro == Prologue::HeadRmsNormSiluGate || c.pro == Prologue::SigmoidGate;
   const bool normed = c.pro == Prologue::RmsNorm || c.pro == Prologue::HeadRmsNormSiluGate;

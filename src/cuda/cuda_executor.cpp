@@ -9,7 +9,7 @@ namespace gdn::cuda {
 using model::Op;
 
 CudaExecutor::CudaExecutor(const model::Model& model, const runtime::ExecutorOptions& opts)
-    : model_(model), opts_(opts) {
+    : Executor(opts), model_(model), opts_(opts) {
   if (!available()) fail("cuda backend: no CUDA device is available");
   if (opts.n_slots <= 0) fail("cuda executor: n_slots must be positive, got {}", opts.n_slots);
   if (opts.n_ctx <= 0) fail("cuda executor: n_ctx must be positive, got {}", opts.n_ctx);
@@ -25,14 +25,9 @@ CudaExecutor::~CudaExecutor() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
-void CudaExecutor::set_null_dispatches(int n) {
-  if (n < 0) fail("null dispatches must be >= 0, got {}", n);
-  opts_.null_dispatches = n;
-}
-
 void CudaExecutor::set_rungs(model::Rungs rungs) {
-  const bool new_state_type = rungs.state_type() != opts_.rungs.state_type();
-  opts_.rungs = rungs;
+  const bool new_state_type = rungs.state_type() != build_.rungs.state_type();
+  build_.rungs = rungs;
   if (!new_state_type) return;
   // The slots' state buffers change size and type: graphs captured on the old ones must go.
   CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -50,7 +45,7 @@ size_t state_bytes(model::StateType t) {
 }  // namespace
 
 DevState CudaExecutor::slot_state(Slot& slot, int64_t layer) const {
-  return {slot.ssm.at(static_cast<size_t>(layer)).get(), opts_.rungs.state_type()};
+  return {slot.ssm.at(static_cast<size_t>(layer)).get(), build_.rungs.state_type()};
 }
 
 // Every matrix and vector a program can reference, uploaded once; programs later look them
@@ -113,7 +108,7 @@ void CudaExecutor::reset_slot(int slot) {
     if (hp.is_recurrent(static_cast<int64_t>(il))) {
       zeroed(s.conv[il], (hp.ssm_conv_kernel - 1) * hp.conv_dim(), sizeof(float));
       zeroed(s.ssm[il], hp.ssm_n_v_heads * hp.ssm_d_state * hp.ssm_d_state,
-             state_bytes(opts_.rungs.state_type()));
+             state_bytes(build_.rungs.state_type()));
     } else {
       // The KV cache needs no clearing: attention reads only positions already written.
       if (!s.k[il].get()) s.k[il] = DeviceBuffer(size_t(opts_.n_ctx * hp.kv_dim()) * sizeof(float));
@@ -152,11 +147,10 @@ void CudaExecutor::copy_slot(int src, int dst) {
 }
 
 CudaExecutor::ProgramMem& CudaExecutor::program(int64_t n_tokens, bool all_logits) {
-  ProgramMem& pm = programs_[{n_tokens, all_logits, opts_.rungs, opts_.null_dispatches}];
+  ProgramMem& pm = programs_[{n_tokens, all_logits, build_.rungs, build_.null_dispatches}];
   if (!pm.program) {
-    pm.program = std::make_unique<model::Program>(model::build_forward(
-        model_, n_tokens, all_logits,
-        {.rungs = opts_.rungs, .null_dispatches = opts_.null_dispatches}));
+    pm.program = std::make_unique<model::Program>(
+        model::build_forward(model_, n_tokens, all_logits, build_));
     for (const model::BufferSpec& b : pm.program->buffers) {
       pm.buffers.emplace_back(size_t(b.rows * b.cols) * sizeof(float));
     }
@@ -176,7 +170,7 @@ void CudaExecutor::forward(std::span<const int32_t> ids, int slot, bool all_logi
   }
   ProgramMem& pm = program(T, all_logits);
   last_count_ = {};
-  if (opts_.rungs.has(model::Rung::Graphs)) {
+  if (build_.rungs.has(model::Rung::Graphs)) {
     run_graph(pm, T, all_logits, slot, ids, s);
   } else {
     for (const model::Step& st : pm.program->steps) step(st, pm, ids, s, last_count_);
@@ -202,7 +196,7 @@ void CudaExecutor::run_graph(ProgramMem& pm, int64_t T, bool all_logits, int slo
   pos_host_ = static_cast<int32_t>(s.n_past);
   CUDA_CHECK(cudaMemcpyAsync(pos_dev_.get(), &pos_host_, sizeof(int32_t), cudaMemcpyHostToDevice,
                              stream_));
-  Graph& g = graphs_[{T, all_logits, slot, opts_.rungs, opts_.null_dispatches}];
+  Graph& g = graphs_[{T, all_logits, slot, build_.rungs, build_.null_dispatches}];
   if (!g.exec) {
     workspace_.reserve(max_n_in_, T);
     CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
@@ -427,9 +421,10 @@ int CudaExecutor::fused_matmul(const model::Step& s, ProgramMem& pm) {
       ++f.n;
     }
     if (f.n != n && s.epilogue != model::Epilogue::Store) {
-      fail("cuda executor: mat_mul_fused with a combining epilogue needs its matrices in one "
-           "kernel family ({} has {} of {})",
-           s.mats[0]->name, f.n, n);
+      fail(
+          "cuda executor: mat_mul_fused with a combining epilogue needs its matrices in one "
+          "kernel family ({} has {} of {})",
+          s.mats[0]->name, f.n, n);
     }
     matmul_fused(f, stream_);
     ++launches;

@@ -33,8 +33,6 @@ class CudaExecutor : public runtime::Executor {
   void reset_slot(int slot) override;
   void copy_slot(int src, int dst) override;
   void set_rungs(model::Rungs rungs) override;
-  model::Rungs rungs() const override { return opts_.rungs; }
-  void set_null_dispatches(int n) override;
 
   // Bytes of weights resident on the GPU.
   size_t weight_bytes() const { return weight_bytes_; }
@@ -71,8 +69,8 @@ class CudaExecutor : public runtime::Executor {
     cudaGraphExec_t exec = nullptr;
     runtime::DispatchCount dispatches;
   };
-  void run_graph(ProgramMem& pm, int64_t T, bool all_logits, int slot,
-                 std::span<const int32_t> ids, Slot& s);
+  void run_graph(ProgramMem& pm, int64_t T, bool all_logits, int slot, std::span<const int32_t> ids,
+                 Slot& s);
   Pos position(const Slot& slot, int64_t n_tokens) const;
 
   const model::Model& model_;

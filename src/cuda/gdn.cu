@@ -161,9 +161,6 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(GdnArgs a) {
   constexpr int kSub = 32 / kCols;        // row groups per warp
   constexpr int kGroups = kWarps * kSub;  // row groups per CTA
   static_assert(kCols * kSub == 32 && kRows * kGroups <= kMaxD, "slice shape");
-  using F32 = state::Storage<StateType::F32>;
-  using F16 = state::Storage<StateType::F16>;
-  using BF16 = state::Storage<StateType::BF16>;
 
   __shared__ float s_q[kStages][kMaxD], s_k[kStages][kMaxD], s_v[kStages][kCols];
   __shared__ float s_g[kStages], s_b[kStages];
@@ -176,18 +173,11 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(GdnArgs a) {
   const int j = col0 + c;
   const bool col_ok = j < d;
 
-  float s[kRows];       // S[grp + kGroups·m][j]
-  switch (a.in_type) {  // uniform; the load loops differ only in the element type
-    case StateType::F32:
-      load_state<F32, kRows, kGroups>(s, a.state_in, h, d, grp, j, col_ok);
-      break;
-    case StateType::F16:
-      load_state<F16, kRows, kGroups>(s, a.state_in, h, d, grp, j, col_ok);
-      break;
-    case StateType::BF16:
-      load_state<BF16, kRows, kGroups>(s, a.state_in, h, d, grp, j, col_ok);
-      break;
-  }
+  float s[kRows];  // S[grp + kGroups·m][j]
+  // Uniform; the load (and store) loops differ only in the element type.
+  state::dispatch(a.in_type, [&](auto st) {
+    load_state<decltype(st), kRows, kGroups>(s, a.state_in, h, d, grp, j, col_ok);
+  });
   const bool gating = a.dt_bias != nullptr;
   const float dt_bias = gating ? a.dt_bias[h] : 0.0f, ssm_a = gating ? a.ssm_a[h] : 0.0f;
 
@@ -280,17 +270,9 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(GdnArgs a) {
     }
   }
 
-  switch (a.out_type) {
-    case StateType::F32:
-      store_state<F32, kRows, kGroups>(s, a.state_out, h, d, grp, j, col_ok);
-      break;
-    case StateType::F16:
-      store_state<F16, kRows, kGroups>(s, a.state_out, h, d, grp, j, col_ok);
-      break;
-    case StateType::BF16:
-      store_state<BF16, kRows, kGroups>(s, a.state_out, h, d, grp, j, col_ok);
-      break;
-  }
+  state::dispatch(a.out_type, [&](auto st) {
+    store_state<decltype(st), kRows, kGroups>(s, a.state_out, h, d, grp, j, col_ok);
+  });
 }
 
 // Picks the smallest instantiated kRows (4, 8, 16, 32) that covers the key dim.

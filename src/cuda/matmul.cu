@@ -169,11 +169,9 @@ bool overlaps(const float* a, int64_t na, const float* b, int64_t nb) {
 }
 
 void check_fused(const FusedGemv& f) {
-  static const char* const kPro[] = {"none", "rms_norm", "head_rms_norm_silu_gate", "sigmoid_gate"};
-  static const char* const kEpi[] = {"store", "add_into", "silu_mul_pair"};
   const auto bad = [&](const std::string& why) {
-    fail("cuda matmul_fused ({} -> {}) of {}: {}", kPro[static_cast<int>(f.prologue) & 3],
-         kEpi[static_cast<int>(f.epilogue) % 3], describe_fused(f), why);
+    fail("cuda matmul_fused ({} -> {}) of {}: {}", model::prologue_name(f.prologue),
+         model::epilogue_name(f.epilogue), describe_fused(f), why);
   };
   if (static_cast<int>(f.prologue) > 3 || static_cast<int>(f.epilogue) > 2) {
     bad("unknown prologue or epilogue");

@@ -18,7 +18,7 @@
 
 namespace gdn::cuda::norm {
 
-constexpr int kPerThread = 8;         // elements a virtual thread adds per tile
+constexpr int kPerThread = 8;          // elements a virtual thread adds per tile
 constexpr int kMaxNormThreads = 1024;  // the norm kernel's largest CTA
 
 // Virtual threads (and the norm kernel's CTA size) for a chunk of n floats.

@@ -55,10 +55,11 @@ inline size_t value_bytes(model::StateType t) {
   return 0;
 }
 
-// Calls f(Storage<t>{}) for the run-time type t (host side: picks a kernel instantiation).
-// Returns false for a value outside the enum.
+// Calls f(Storage<t>{}) for the run-time type t: on the host it picks a kernel instantiation,
+// in a kernel the load or store loop. Returns false for a value outside the enum.
+#pragma nv_exec_check_disable
 template <class F>
-bool dispatch(model::StateType t, F&& f) {
+__host__ __device__ __forceinline__ bool dispatch(model::StateType t, F&& f) {
   switch (t) {
     case model::StateType::F32:
       f(Storage<model::StateType::F32>{});

@@ -22,4 +22,30 @@ enum class Epilogue : uint8_t {
   SiluMulPair,  // two matrices (gate, up): y_0 = (W_1·p(x))·silu(W_0·p(x)) (binary SiluMul)
 };
 
+// Names for messages, checks and program dumps.
+inline const char* prologue_name(Prologue p) {
+  switch (p) {
+    case Prologue::None:
+      return "none";
+    case Prologue::RmsNorm:
+      return "rms_norm";
+    case Prologue::HeadRmsNormSiluGate:
+      return "head_rms_norm_silu_gate";
+    case Prologue::SigmoidGate:
+      return "sigmoid_gate";
+  }
+  return "?";
+}
+inline const char* epilogue_name(Epilogue e) {
+  switch (e) {
+    case Epilogue::Store:
+      return "store";
+    case Epilogue::AddInto:
+      return "add_into";
+    case Epilogue::SiluMulPair:
+      return "silu_mul_pair";
+  }
+  return "?";
+}
+
 }  // namespace gdn::model

@@ -151,11 +151,9 @@ class Builder {
     emit(rec);
     if (!rec.state_out_slot) emit({.op = Op::StateScatter, .in = {rec.out2}, .layer = il});
 
-    output_projection(g.out, rec.out, h,
-                      {.prologue = Prologue::HeadRmsNormSiluGate,
-                       .gate = z,
-                       .norm = &g.norm,
-                       .head_dim = dk});
+    output_projection(
+        g.out, rec.out, h,
+        {.prologue = Prologue::HeadRmsNormSiluGate, .gate = z, .norm = &g.norm, .head_dim = dk});
   }
 
   // Baseline, as llama.cpp runs it: [state; x] concatenated into a window, the conv over the
@@ -364,7 +362,8 @@ std::string Program::describe() const {
     s += fmt::format("{}", op_name(st.op));
     if (st.layer >= 0) s += fmt::format(" L{}", st.layer);
     if (st.w) s += fmt::format(" {}", st.w->name);
-    for (int i = 0; i < st.n_mats(); ++i) s += fmt::format(" {}", st.mats[static_cast<size_t>(i)]->name);
+    for (int i = 0; i < st.n_mats(); ++i)
+      s += fmt::format(" {}", st.mats[static_cast<size_t>(i)]->name);
     if (st.op == Op::GdnRecurrence) {
       s += fmt::format("{}{}{}{}", st.state_in_slot ? " state-in-slot" : "",
                        st.state_out_slot ? " state-out-slot" : "", st.fuse_gating ? " +gating" : "",

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
+#include "model/program.h"
 #include "model/rungs.h"
 
 namespace gdn::runtime {
@@ -53,16 +55,23 @@ class Executor {
   // kept per configuration). Changing the recurrent state's storage type resets every slot.
   // Throws gdn::Error for contradictory rungs.
   virtual void set_rungs(model::Rungs rungs) = 0;
-  virtual model::Rungs rungs() const = 0;
+  model::Rungs rungs() const { return build_.rungs; }
   // Empty dispatches appended to every decode step from the next forward on.
-  virtual void set_null_dispatches(int n) = 0;
+  void set_null_dispatches(int n) {
+    if (n < 0) fail("null dispatches must be >= 0, got {}", n);
+    build_.null_dispatches = n;
+  }
 
   // Dispatches the last forward ran, in total and per op.
   int64_t last_dispatches() const { return last_count_.total; }
   const DispatchCount& last_dispatch_count() const { return last_count_; }
 
  protected:
+  explicit Executor(const ExecutorOptions& o)
+      : build_{.rungs = o.rungs, .null_dispatches = o.null_dispatches} {}
+
   DispatchCount last_count_;
+  model::BuildOptions build_;  // what the next forward's programs are built with
 };
 
 }  // namespace gdn::runtime

@@ -2,7 +2,7 @@
 # One call on the GPU machine: runs the binaries built here (scripts/build_portable.sh, carried
 # as build-cuda/) — op checks, backend tests, the GEMV lab, the benchmark — with full logs in
 # $OUT and a short summary last. Steps are chosen by name: scripts/device.sh ops tests lab bench
-# (also: opsperf, ladder, benchladder, nulls, benchnographs, compare)
+# (also: opsperf, ladder, benchladder, nulls, benchnographs, compare, comparef32)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/gdn-device}
@@ -47,6 +47,8 @@ for s in "${steps[@]}"; do
     benchnographs) run_step benchnographs "$bin/src/app/gdn" bench -r 3 --rounds 2 --rungs all,-graphs ;;
     compare) run_step compare "$bin/src/app/gdn" eval --preset bonsai-27b --type q1_0 \
       --random-ids 128 --mode decode --compare cpu ;;
+    comparef32) run_step comparef32 "$bin/src/app/gdn" eval --preset bonsai-27b --type q1_0 \
+      --random-ids 128 --mode decode --compare cpu --q1-activations f32 ;;
     *) echo "unknown step $s" >&2 ;;
   esac
 done

@@ -111,6 +111,14 @@ TEST_P(CudaSynthetic, TinyModelTracksCpu) {
   EXPECT_LE(pre, q1 ? 0.1 : 1e-4);
   EXPECT_LE(dec, q1 ? 0.1 : 1e-4);
   EXPECT_LE(vs_exact, q1 ? 0.1 : 1e-4);
+  if (q1) {  // the f32-activation Q1_0 path compares with the exact CPU at rounding level
+    runtime::ExecutorOptions f32 = kOpts;
+    f32.q1_f32_activations = true;
+    cuda::CudaExecutor gpu_f32(mem->model, f32);
+    const double f32_dec = rel_max_diff(run_decode(gpu_f32, ids), run_decode(exact, ids));
+    std::printf("tiny q1_0 with f32 activations, cuda vs exact cpu: decode %.3g\n", f32_dec);
+    EXPECT_LE(f32_dec, 1e-4);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, CudaSynthetic,

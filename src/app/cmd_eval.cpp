@@ -99,9 +99,12 @@ int run_eval(const EvalArgs& a) {
     runtime::ExecutorOptions eo;
     eo.n_threads = a.model.threads;
     eo.n_ctx = a.model.n_ctx;
-    // Against the GPU, the CPU uses the GPU's activation arithmetic (like for like).
-    eo.q8_activations = ex.name() == "cuda" && runtime::resolve_backend(a.compare) == "cpu";
-    if (eo.q8_activations) fmt::print(stderr, "cpu reference: Q1_0 products on int8 activations\n");
+    // Against the GPU, the CPU uses the GPU's activation arithmetic (like for like): int8 per
+    // 128 elements, or f32 when the GPU runs --q1-activations f32.
+    const bool gpu = ex.name() == "cuda", f32 = a.model.q1_f32_activations;
+    eo.q8_activations = gpu && !f32 && runtime::resolve_backend(a.compare) == "cpu";
+    eo.q1_f32_activations = f32;
+    if (gpu) fmt::print(stderr, "Q1_0 products on {} activations\n", f32 ? "f32" : "int8");
     auto other = runtime::make_executor(a.compare, *lm.model, eo);
     compare_backends(all, logits_for(*other, ids, a.mode), V, ex.name(), other->name(), a.verbose);
   }
@@ -136,6 +139,12 @@ Run add_eval(CLI::App& app) {
       ->check(CLI::IsMember({"prefill", "decode"}));
   app.add_option("--logits-out", a->logits_out, "raw little-endian f32 logits [n_ids][n_vocab]");
   app.add_flag("-v,--verbose", a->verbose, "with --compare: the difference at every position");
+  app.add_option_function<std::string>(
+         "--q1-activations",
+         [a](const std::string& v) { a->model.q1_f32_activations = v == "f32"; },
+         "CUDA Q1_0 products on int8 (default, the fast GEMV) or f32 activations (slower; "
+         "compares with the CPU at rounding level)")
+      ->check(CLI::IsMember({"int8", "f32"}));
   app.add_option("--greedy", a->greedy, "continue greedily for N tokens and print their ids");
   return [a] { return run_eval(*a); };
 }

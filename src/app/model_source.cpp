@@ -73,6 +73,7 @@ LoadedModel load_model(const ModelArgs& args, const std::string& default_preset)
   eo.n_threads = args.threads;
   eo.n_ctx = args.n_ctx;
   eo.rungs = model::parse_rungs(args.rungs);
+  eo.q1_f32_activations = args.q1_f32_activations;
   eo.n_slots = args.n_slots;
   lm.exec = runtime::make_executor(args.backend, *lm.model, eo);
   // On the GPU this is the weight upload: the long part of loading a file.

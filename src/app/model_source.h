@@ -25,8 +25,9 @@ struct ModelArgs {
   std::string backend = "auto";
   int threads = 0;
   int64_t n_ctx = 4096;
-  std::string rungs = "all";  // the ladder's rewrites (model/rungs.h)
-  int n_slots = 1;            // set by the command, not a flag
+  std::string rungs = "all";        // the ladder's rewrites (model/rungs.h)
+  bool q1_f32_activations = false;  // CUDA: Q1_0 on f32 activations (set by gdn eval)
+  int n_slots = 1;                  // set by the command, not a flag
 };
 
 // seed_flag names the synthetic model's seed option; commands whose --seed means something

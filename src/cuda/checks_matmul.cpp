@@ -259,7 +259,20 @@ void run_case(Context& ctx, std::vector<Result>& out, const Case& c) {
     r.detail += fmt::format(" wrote y padding at float {}", stray);
   }
   if (c.type == Type::Q1_0 && !c.ties) {
-    out.push_back(compare(op + "_f32", shape, gpu, reference(hm, x, T, false), 2e-2));
+    const std::vector<float> ref_f32 = reference(hm, x, T, false);
+    out.push_back(compare(op + "_f32", shape, gpu, ref_f32, 2e-2));
+    // The f32-activation layout (GpuMatrix::f32_activations): f32 FMA chains like the other
+    // chunked formats, so their tolerance.
+    const GpuMatrix f32w = upload_matrix(expand(hm, op, storage), s, true);
+    CUDA_CHECK(cudaMemsetAsync(dy.get(), 0xff, dy.bytes(), s));
+    matmul(f32w, dx.as<float>(), ldx, dy.as<float>(), ldy, T, ws, s);
+    std::vector<float> yf(static_cast<size_t>(T * ldy)), gf(static_cast<size_t>(T * c.n_out));
+    CUDA_CHECK(cudaMemcpyAsync(yf.data(), dy.get(), dy.bytes(), cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    for (int64_t t = 0; t < T; ++t) {
+      std::copy_n(yf.begin() + t * ldy, c.n_out, gf.begin() + t * c.n_out);
+    }
+    out.push_back(compare(op + "_f32act", shape, gf, ref_f32, 1e-4));
   }
   if (c.type == Type::Q1_0 && T == 1) {  // the one-launch GEMV against the two-launch path
     DeviceBuffer dy2(static_cast<size_t>(c.n_out) * sizeof(float));

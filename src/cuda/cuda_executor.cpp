@@ -53,7 +53,7 @@ DevState CudaExecutor::slot_state(Slot& slot, int64_t layer) const {
 void CudaExecutor::upload_weights() {
   auto add_matrix = [&](const model::Matrix& m) {
     if (!m || matrices_.count(&m)) return;
-    GpuMatrix g = upload_matrix(m, stream_);
+    GpuMatrix g = upload_matrix(m, stream_, opts_.q1_f32_activations);
     max_n_in_ = std::max(max_n_in_, m.n_in);
     weight_bytes_ += g.device_bytes();
     matrices_.emplace(&m, std::move(g));

@@ -188,6 +188,9 @@ void check_fused(const FusedGemv& f) {
       bad("the matrices mix weight types (a fused launch serves one format)");
     }
     if (f.w[i]->n_in != w0.n_in) bad("the matrices' n_in differ");
+    if (f.w[i]->f32_activations != w0.f32_activations) {
+      bad("the matrices mix Q1_0 layouts (int8 and f32 activations)");
+    }
   }
   switch (f.epilogue) {
     case Epilogue::Store:
@@ -233,7 +236,7 @@ void check_fused(const FusedGemv& f) {
 
 }  // namespace
 
-GpuMatrix upload_matrix(const model::Matrix& m, cudaStream_t s) {
+GpuMatrix upload_matrix(const model::Matrix& m, cudaStream_t s, bool q1_f32_activations) {
   const quant::TypeInfo* info = quant::find_type(static_cast<uint32_t>(m.type));
   if (!info)
     fail("cuda upload '{}': unsupported type id {}", m.name, static_cast<uint32_t>(m.type));
@@ -255,7 +258,7 @@ GpuMatrix upload_matrix(const model::Matrix& m, cudaStream_t s) {
         fail("cuda upload '{}' q1_0 [{} x {}]: n_in above 24576 is not supported by the GEMV",
              m.name, m.n_out, m.n_in);
       }
-      return mm::upload_q1_0(m, s);
+      return q1_f32_activations ? mm::upload_q1_0_f32act(m, s) : mm::upload_q1_0(m, s);
     case quant::Type::Q8_0:
     case quant::Type::Q4_0:
       return mm::upload_q8(m, s);
@@ -293,7 +296,12 @@ void matmul(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int64_t l
             int64_t n_tokens, MatmulWorkspace& ws, cudaStream_t s) {
   switch (w.type) {
     case quant::Type::Q1_0:
-      mm::matmul_q1_0(w, x, ldx, y, ldy, n_tokens, ws, mm::q1_default_options(w.n_in, w.n_out), s);
+      if (w.f32_activations) {
+        mm::matmul_q1_0_f32act(w, x, ldx, y, ldy, n_tokens, s);
+      } else {
+        mm::matmul_q1_0(w, x, ldx, y, ldy, n_tokens, ws, mm::q1_default_options(w.n_in, w.n_out),
+                        s);
+      }
       return;
     case quant::Type::Q8_0:
     case quant::Type::Q4_0:
@@ -314,7 +322,7 @@ void matmul(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int64_t l
 
 int matmul_launches(const GpuMatrix& w, int64_t n_tokens) {
   // Q1_0: quantise + product, or for one token the one-launch GEMV where it is the default.
-  if (w.type != quant::Type::Q1_0) return 1;
+  if (w.type != quant::Type::Q1_0 || w.f32_activations) return 1;
   return n_tokens == 1 && mm::q1_default_options(w.n_in, w.n_out).one_launch ? 1 : 2;
 }
 
@@ -327,7 +335,11 @@ void matmul_fused(const FusedGemv& f, cudaStream_t s) {
   check_fused(f);
   switch (f.w[0]->type) {
     case quant::Type::Q1_0:
-      mm::matmul_fused_q1_0(f, mm::q1_default_options(f.w[0]->n_in, 0).variant, s);
+      if (f.w[0]->f32_activations) {
+        mm::matmul_fused_q1_0_f32act(f, s);
+      } else {
+        mm::matmul_fused_q1_0(f, mm::q1_default_options(f.w[0]->n_in, 0).variant, s);
+      }
       return;
     case quant::Type::Q8_0:
     case quant::Type::Q4_0:

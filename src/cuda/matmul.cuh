@@ -687,6 +687,11 @@ void matmul_q1_0(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int6
 // (checks_matmul.cpp declares it again; it is C++-clean).
 void q1_0_two_launch_gemv(const GpuMatrix& w, const float* x, float* y, MatmulWorkspace& ws,
                           cudaStream_t s);
+// Q1_0 on f32 activations (GpuMatrix::f32_activations): the chunked layout and kernels.
+GpuMatrix upload_q1_0_f32act(const model::Matrix& m, cudaStream_t s);
+void matmul_q1_0_f32act(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int64_t ldy,
+                        int64_t n_tokens, cudaStream_t s);
+void matmul_fused_q1_0_f32act(const FusedGemv& f, cudaStream_t s);
 // The fused decode GEMV of Q1_0 matrices (f validated by matmul_fused), variant v (kBmma2 or
 // kBmma4; matmul_fused passes q1_default_options(n_in, 0).variant).
 void matmul_fused_q1_0(const FusedGemv& f, Q1Variant v, cudaStream_t s);

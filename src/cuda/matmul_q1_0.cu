@@ -1215,4 +1215,43 @@ void matmul_fused_q1_0(const FusedGemv& f, Q1Variant v, cudaStream_t s) {
   run_gemv(f, v, true, s);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Q1_0 on f32 activations (GpuMatrix::f32_activations; matrix.h says why it exists): the
+// chunked kernel with one 16-byte chunk per block (its 128 sign bits, file order: bit k of byte
+// i is element 8i + k) and the block's fp16 scale apart, as Q4_0's 18-byte blocks are stored.
+// A sub-chunk of 16 weights is one half of a 32-bit word, widened to ±1.0f and FMA'd with the
+// activations: one FMA per weight, about half the bandwidth (DESIGN.md §6) — a verification
+// path, not a fast one.
+
+namespace {
+
+struct Q1F32Format {
+  static constexpr int kElems = 128;
+  static constexpr int kChunksPerBlock = 1;
+  __device__ static void decode(const uint4& c, int sub, float (&w)[16]) {
+    const uint32_t words[4] = {c.x, c.y, c.z, c.w};
+    const uint32_t bits = words[sub >> 1] >> (16 * (sub & 1));
+#pragma unroll
+    for (int e = 0; e < 16; ++e) w[e] = (bits >> e) & 1u ? 1.0f : -1.0f;
+  }
+};
+
+}  // namespace
+
+GpuMatrix upload_q1_0_f32act(const model::Matrix& m, cudaStream_t s) {
+  GpuMatrix w = upload_chunked(
+      m, ChunkedFormat{kBlock, 1, &block_chunk<kBlockBytes, 1>, &block_scale<kBlockBytes>}, s);
+  w.f32_activations = true;
+  return w;
+}
+
+void matmul_q1_0_f32act(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int64_t ldy,
+                        int64_t n_tokens, cudaStream_t s) {
+  chunked_matmul<Q1F32Format>(w, x, ldx, y, ldy, n_tokens, s);
+}
+
+void matmul_fused_q1_0_f32act(const FusedGemv& f, cudaStream_t s) {
+  chunked_fused<Q1F32Format>(f, s);
+}
+
 }  // namespace gdn::cuda::mm

@@ -35,6 +35,8 @@ struct GpuMatrix {
   int64_t n_col_tiles = 0;
   DeviceBuffer codes;   // bits / bytes / plain values, 16-byte aligned tiles
   DeviceBuffer scales;  // fp16 block scales apart from the codes; empty for F32/F16/BF16
+  // Q1_0 only: the chunked layout, multiplied with f32 activations (see upload_matrix).
+  bool f32_activations = false;
 
   size_t device_bytes() const { return codes.bytes() + scales.bytes(); }
 };
@@ -42,7 +44,12 @@ struct GpuMatrix {
 // Repacks and copies (synchronously with respect to the host data: it is staged before return).
 // Throws gdn::Error naming the matrix, type and shape for unsupported types, n_in not a
 // multiple of the block size, or sizes the kernels cannot index.
-GpuMatrix upload_matrix(const model::Matrix& m, cudaStream_t s);
+// q1_f32_activations: a Q1_0 matrix goes to the chunked layout and its products use f32
+// activations (one FMA per weight, about half the bandwidth of the int8 bit-plane GEMV). Not
+// for speed: the int8 activation rounding makes a whole model's output discontinuous, so only
+// this arithmetic can be compared with the CPU's f32 reference at rounding level over many
+// tokens (gdn eval --compare cpu --q1-activations f32).
+GpuMatrix upload_matrix(const model::Matrix& m, cudaStream_t s, bool q1_f32_activations = false);
 
 // Scratch for quantised activations, grown on demand and owned by the caller (the executor).
 // One workspace serves one stream: matmuls on one stream reuse it in order. Growing allocates,

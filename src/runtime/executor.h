@@ -21,6 +21,10 @@ struct ExecutorOptions {
   // CPU only: compute Q1_0 products on activations quantised to int8 per 128 elements, the
   // arithmetic of the CUDA Q1_0 GEMV, so the two backends can be compared like for like.
   bool q8_activations = false;
+  // CUDA only: compute Q1_0 products on f32 activations (a slower kernel) instead of int8, so
+  // the two backends can be compared at rounding level over a whole model (int8 activation
+  // rounding makes the output discontinuous: bench/RESULTS.md).
+  bool q1_f32_activations = false;
   // The ladder's rewrites (model/rungs.h): every exact rung by default. The CPU runs every
   // program rewrite (composing its reference ops) and ignores `graphs`.
   model::Rungs rungs = model::Rungs::exact();

@@ -604,93 +604,62 @@ void add_fused_refusals(Context& ctx, std::vector<Result>& out) {
     f.y[0] = y;
     return f;
   };
+  // Each refusal: a valid call with one thing broken.
   struct Refusal {
     const char* what;
     FusedGemv f;
   };
-  std::vector<Refusal> cases;
-  {
-    auto f = base();
-    f.n = 2;
-    f.w[1] = &wb;
-    f.y[1] = y2;
-    cases.push_back({"mixed families", f});
-  }
-  {
-    auto f = base();
-    f.n = 2;
-    f.w[1] = &wc;
-    f.y[1] = y2;
-    cases.push_back({"unequal n_in", f});
-  }
-  {
-    auto f = base();
-    f.n = 0;
-    cases.push_back({"no matrices", f});
-  }
-  {
-    auto f = base();
-    f.n = 5;
-    cases.push_back({"five matrices", f});
-  }
-  {
-    auto f = base();
-    f.epilogue = Epilogue::AddInto;
-    f.n = 2;
-    f.w[1] = &wa;
-    cases.push_back({"add_into with two", f});
-  }
-  {
-    auto f = base();
-    f.epilogue = Epilogue::SiluMulPair;
-    cases.push_back({"pair with one", f});
-  }
-  {
-    auto f = base();
-    f.epilogue = Epilogue::SiluMulPair;
-    f.n = 2;
-    f.w[1] = &wd;
-    cases.push_back({"pair n_out differ", f});
-  }
-  {
-    auto f = base();
-    f.n = 2;
-    f.w[1] = &wa;
-    cases.push_back({"missing output", f});
-  }
-  {
-    auto f = base();
-    f.x = nullptr;
-    cases.push_back({"no x", f});
-  }
-  {
-    auto f = base();
-    f.prologue = Prologue::RmsNorm;
-    cases.push_back({"no norm", f});
-  }
-  {
-    auto f = base();
-    f.prologue = Prologue::SigmoidGate;
-    cases.push_back({"no gate", f});
-  }
-  {
-    auto f = base();
-    f.prologue = Prologue::HeadRmsNormSiluGate;
-    f.gate = x;
-    f.norm = x;
-    f.head_dim = 100;
-    cases.push_back({"head_dim", f});
-  }
-  {
-    auto f = base();
-    f.y[0] = x + 8;
-    cases.push_back({"output overlaps x", f});
-  }
-  {
-    auto f = base();
-    f.w[0] = nullptr;
-    cases.push_back({"null matrix", f});
-  }
+  const auto broken = [&](const char* what, auto&& change) {
+    FusedGemv f = base();
+    change(f);
+    return Refusal{what, f};
+  };
+  const std::vector<Refusal> cases = {
+      broken("mixed families",
+             [&](FusedGemv& f) {
+               f.n = 2;
+               f.w[1] = &wb;
+               f.y[1] = y2;
+             }),
+      broken("unequal n_in",
+             [&](FusedGemv& f) {
+               f.n = 2;
+               f.w[1] = &wc;
+               f.y[1] = y2;
+             }),
+      broken("no matrices", [&](FusedGemv& f) { f.n = 0; }),
+      broken("five matrices", [&](FusedGemv& f) { f.n = 5; }),
+      broken("add_into with two",
+             [&](FusedGemv& f) {
+               f.epilogue = Epilogue::AddInto;
+               f.n = 2;
+               f.w[1] = &wa;
+             }),
+      broken("pair with one", [&](FusedGemv& f) { f.epilogue = Epilogue::SiluMulPair; }),
+      broken("pair n_out differ",
+             [&](FusedGemv& f) {
+               f.epilogue = Epilogue::SiluMulPair;
+               f.n = 2;
+               f.w[1] = &wd;
+             }),
+      broken("missing output",
+             [&](FusedGemv& f) {
+               f.n = 2;
+               f.w[1] = &wa;
+             }),
+      broken("no x", [&](FusedGemv& f) { f.x = nullptr; }),
+      broken("no norm", [&](FusedGemv& f) { f.prologue = Prologue::RmsNorm; }),
+      broken("no gate", [&](FusedGemv& f) { f.prologue = Prologue::SigmoidGate; }),
+      broken("head_dim",
+             [&](FusedGemv& f) {
+               f.prologue = Prologue::HeadRmsNormSiluGate;
+               f.gate = x;
+               f.norm = x;
+               f.head_dim = 100;
+             }),
+      broken("output overlaps x", [&](FusedGemv& f) { f.y[0] = x + 8; }),
+      broken("null matrix", [&](FusedGemv& f) { f.w[0] = nullptr; }),
+  };
   for (const Refusal& rc : cases) {
     Result r;
     r.op = "matmul_fused_refuses";

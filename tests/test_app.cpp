@@ -1,5 +1,5 @@
-// The text commands end to end: the built `gdn` binary run on the shared Qwen3.5 vocabulary
-// (gdn tokenize) and on the tiny synthetic model carrying it (gdn run).
+// The commands end to end: the built `gdn` binary run on the shared Qwen3.5 vocabulary
+// (gdn tokenize), on the tiny synthetic model carrying it (gdn run), and gdn bench on the CPU.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
@@ -270,6 +271,70 @@ TEST(Synth, VocabSetsTheVocabularySize) {
   const Result run = gdn({"run", "-m", out, "--backend", "cpu", "-p", "Hi", "-n", "3"});
   EXPECT_EQ(run.status, 0) << run.err;
   EXPECT_EQ(generated_tokens(run), 3) << run.err;
+}
+
+}  // namespace
+}  // namespace gdn
+
+namespace gdn {
+namespace {
+
+// gdn bench on the CPU with the tiny model: small enough for CI, the same code paths.
+Result bench_tiny(std::vector<std::string> args) {
+  args.insert(args.begin(), {"bench", "--backend", "cpu", "-p", "4", "-n", "4", "-r", "1",
+                             "--rounds", "1", "-t", "1"});
+  return gdn(args);
+}
+
+TEST(Bench, JsonRowsCarryDispatchesPerOp) {
+  const Result r = bench_tiny({"-o", "json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json rows = nlohmann::json::parse(r.out);
+  ASSERT_EQ(rows.size(), 2u);
+  for (const auto& row : rows) {
+    EXPECT_GT(row["tok_s"].get<double>(), 0.0);
+    EXPECT_EQ(row["rungs"],
+              "state-inplace,state-write-fused,gating-fused,l2norm-fused,"
+              "conv-inplace,norm-gemv-fused,graphs");
+    double sum = 0.0;
+    for (const auto& [op, n] : row["dispatches_by_op"].items()) sum += n.get<double>();
+    EXPECT_DOUBLE_EQ(sum, row["dispatches_per_token"].get<double>()) << row.dump();
+  }
+}
+
+// One row per rung added, per rung alone, and the reduced states on top: 1 + 7 + 9 + 2
+// configurations, each with pp and tg; the baseline's dispatches minus all rungs' equal the
+// sum of what each rung removes alone (additivity, on the CPU's step counts).
+TEST(Bench, LadderHasEveryConfigurationAndAdditiveRemovals) {
+  const Result r = bench_tiny({"--ladder", "-o", "json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json rows = nlohmann::json::parse(r.out);
+  ASSERT_EQ(rows.size(), 2u * 19u);
+  std::map<std::string, double> tg;
+  for (const auto& row : rows) {
+    if (row["test"] == "tg4") tg[row["config"]] = row["dispatches_per_token"].get<double>();
+  }
+  const double base = tg.at("baseline (none)"), all = tg.at("+ graphs");
+  double removed = 0.0;
+  for (const char* rung : {"state-inplace", "state-write-fused", "gating-fused", "l2norm-fused",
+                           "conv-inplace", "norm-gemv-fused", "graphs"}) {
+    removed += base - tg.at(fmt::format("{} alone", rung));
+  }
+  EXPECT_DOUBLE_EQ(base - all, removed);
+}
+
+TEST(Bench, NullDispatchesAreCountedAndFitted) {
+  const Result r = gdn({"bench", "--backend", "cpu", "-p", "0", "-n", "4", "-r", "1", "--rounds",
+                        "1", "-t", "1", "--null-dispatches", "0,50"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("fit with graphs:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fit without graphs:"), std::string::npos) << r.out;
+}
+
+TEST(Bench, UnknownRungIsRefusedByName) {
+  const Result r = bench_tiny({"--rungs", "all,state-inplce"});
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("'state-inplce'"), std::string::npos) << r.err;
 }
 
 }  // namespace

@@ -56,7 +56,7 @@ uint64_t decode_bytes(const model::Model& m, model::Rungs r) {
   const model::HParams& hp = m.hp;
   const uint64_t values =
       uint64_t(hp.n_recurrent()) * hp.ssm_n_v_heads * hp.ssm_d_state * hp.ssm_d_state;
-  const uint64_t slot = r.state_type() == model::StateType::F32 ? 4 : 2, work = 4;
+  const uint64_t slot = model::state_type_bytes(r.state_type()), work = sizeof(float);
   const bool in = r.has(model::Rung::StateInplace), out = r.has(model::Rung::StateWriteFused);
   const uint64_t per_value = (in ? slot : work + slot + work) + (out ? slot : work + work + slot);
   return m.decode_weight_bytes() + values * per_value;
@@ -145,8 +145,17 @@ std::vector<Config> ladder_configs() {
   return c;
 }
 
+// The ops that dispatched, by name.
+std::vector<std::pair<std::string, int64_t>> named_ops(const runtime::DispatchCount& d) {
+  std::vector<std::pair<std::string, int64_t>> ops;
+  for (int i = 0; i < model::kOpCount; ++i) {
+    if (d.by_op[i]) ops.emplace_back(model::op_name(static_cast<model::Op>(i)), d.by_op[i]);
+  }
+  return ops;
+}
+
 std::string dispatch_breakdown(const runtime::DispatchCount& d, double per) {
-  std::vector<std::pair<std::string, int64_t>> ops(d.by_op.begin(), d.by_op.end());
+  std::vector<std::pair<std::string, int64_t>> ops = named_ops(d);
   std::sort(ops.begin(), ops.end(), [](auto& x, auto& y) { return x.second > y.second; });
   std::string s;
   for (const auto& [op, n] : ops)
@@ -253,7 +262,7 @@ int run_bench(const BenchArgs& a) {
         if (roofline_bw > 0) row["roofline_pct"] = 100.0 * mb_tok * 1e6 * mean / roofline_bw;
       }
       nlohmann::json ops = nlohmann::json::object();
-      for (const auto& [op, n] : r.dispatches.by_op) ops[op] = double(n) / per;
+      for (const auto& [op, n] : named_ops(r.dispatches)) ops[op] = double(n) / per;
       row["dispatches_by_op"] = ops;
       rows.push_back(row);
     }

@@ -108,7 +108,7 @@ void CpuExecutor::run(const model::Program& p, std::span<const int32_t> ids, int
   last_count_ = {};
   for (const model::Step& st : p.steps) {
     step(st, p, ids.data(), s);
-    last_count_.add(model::op_name(st.op), st.op == Op::Null ? 0 : 1);
+    last_count_.add(st.op, st.op == Op::Null ? 0 : 1);
   }
   s.n_past += p.n_tokens;
   const std::vector<float>& out = buffers_[static_cast<size_t>(p.logits)];
@@ -299,10 +299,11 @@ void CpuExecutor::gdn_step(const model::Step& s, const model::Program& p, Slot& 
 // MatMulFused composed from the unfused reference ops (what the fused CUDA kernel equals).
 void CpuExecutor::fused_matmul(const model::Step& s, const model::Program& p) {
   const Rows x0 = view(p, s.in[0]);
-  Rows x = scratch(tmp_[0], x0.rows, x0.cols);
+  // The builder never lets an output alias the input (the CUDA kernels refuse it), so without
+  // a prologue x is read in place.
+  const Rows x = s.prologue == model::Prologue::None ? x0 : scratch(tmp_[0], x0.rows, x0.cols);
   switch (s.prologue) {
     case model::Prologue::None:
-      x = copy_of(x0, tmp_[0]);
       break;
     case model::Prologue::RmsNorm:
       rms_norm(x0, x, s.vec->data(), x0.cols, s.eps);

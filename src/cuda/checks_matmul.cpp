@@ -596,14 +596,7 @@ void add_fused_refusals(Context& ctx, std::vector<Result>& out) {
   float* x = buf.as<float>();
   float* y = x + 1024;
   float* y2 = x + 2048;
-  const auto base = [&] {
-    FusedGemv f;
-    f.x = x;
-    f.n = 1;
-    f.w[0] = &wa;
-    f.y[0] = y;
-    return f;
-  };
+  const auto base = [&] { return plain_gemv(wa, x, y); };
   // Each refusal: a valid call with one thing broken.
   struct Refusal {
     const char* what;

@@ -271,10 +271,6 @@ void also(Result& r, const Result& next) {
 using model::StateType;
 constexpr StateType kStateTypes[] = {StateType::F32, StateType::F16, StateType::BF16};
 
-size_t state_bytes(StateType t) {
-  return t == StateType::F32 ? 4 : 2;
-}
-
 float widen(StateType t, const uint8_t* p) {
   if (t == StateType::F32) {
     float f;
@@ -296,14 +292,14 @@ void narrow(StateType t, float v, uint8_t* p) {
 }
 
 std::vector<uint8_t> to_state(StateType t, const std::vector<float>& v) {
-  std::vector<uint8_t> b(v.size() * state_bytes(t));
-  for (size_t i = 0; i < v.size(); ++i) narrow(t, v[i], b.data() + i * state_bytes(t));
+  std::vector<uint8_t> b(v.size() * model::state_type_bytes(t));
+  for (size_t i = 0; i < v.size(); ++i) narrow(t, v[i], b.data() + i * model::state_type_bytes(t));
   return b;
 }
 
 std::vector<float> from_state(StateType t, const std::vector<uint8_t>& b) {
-  std::vector<float> v(b.size() / state_bytes(t));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = widen(t, b.data() + i * state_bytes(t));
+  std::vector<float> v(b.size() / model::state_type_bytes(t));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = widen(t, b.data() + i * model::state_type_bytes(t));
   return v;
 }
 
@@ -321,7 +317,7 @@ class StateBuf {
       : type_(type),
         n_(size_t(n)),
         off_(size_t(off)),
-        eb_(state_bytes(type)),
+        eb_(model::state_type_bytes(type)),
         s_(ctx.stream()),
         host_((off_ + n_ + size_t(pad)) * eb_),
         dev_(host_.size()) {
@@ -695,11 +691,12 @@ void check_state_copies(Context& ctx, std::vector<Result>& out) {
         Result r = dst.check_bits("copy_state", shape, to_state(to, src_vals));
         also(r, src.check_bits("copy_state", shape + " (source untouched)", src_bits));
         if (c.perf && ctx.perf() && (from == StateType::F32 || to == StateType::F32)) {
-          const double bytes = double(c.n) * double(state_bytes(from) + state_bytes(to));
+          const double bytes =
+              double(c.n) * double(model::state_type_bytes(from) + model::state_type_bytes(to));
           const int copies = rotation_copies(bytes);
           std::vector<DeviceBuffer> srcs;
           for (int i = 0; i < copies; ++i) {
-            srcs.emplace_back(size_t(c.n) * state_bytes(from));
+            srcs.emplace_back(size_t(c.n) * model::state_type_bytes(from));
             CUDA_CHECK(cudaMemsetAsync(srcs.back().get(), 0, srcs.back().bytes(), ctx.stream()));
           }
           r.shape = fmt::format("{} -> {} {}", model::state_type_name(from),
@@ -1211,7 +1208,7 @@ void check_gdn_case(Context& ctx, std::vector<Result>& out, const GdnShape& c) {
         if (c.perf && ctx.perf() && mode == Mode::InPlace && f.gating && f.l2) {
           bits.shape = fmt::format("{}, {} in place, gating+l2norm fused", shape0,
                                    model::state_type_name(st));
-          const double n_bytes = double(n_state) * double(state_bytes(st));
+          const double n_bytes = double(n_state) * double(model::state_type_bytes(st));
           const int copies = rotation_copies(2 * n_bytes);
           std::vector<DeviceBuffer> states;
           for (int i = 0; i < copies; ++i) {

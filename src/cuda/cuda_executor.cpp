@@ -36,14 +36,6 @@ void CudaExecutor::set_rungs(model::Rungs rungs) {
   for (int s = 0; s < static_cast<int>(slots_.size()); ++s) reset_slot(s);
 }
 
-namespace {
-
-size_t state_bytes(model::StateType t) {
-  return t == model::StateType::F32 ? sizeof(float) : sizeof(uint16_t);
-}
-
-}  // namespace
-
 DevState CudaExecutor::slot_state(Slot& slot, int64_t layer) const {
   return {slot.ssm.at(static_cast<size_t>(layer)).get(), build_.rungs.state_type()};
 }
@@ -108,7 +100,7 @@ void CudaExecutor::reset_slot(int slot) {
     if (hp.is_recurrent(static_cast<int64_t>(il))) {
       zeroed(s.conv[il], (hp.ssm_conv_kernel - 1) * hp.conv_dim(), sizeof(float));
       zeroed(s.ssm[il], hp.ssm_n_v_heads * hp.ssm_d_state * hp.ssm_d_state,
-             state_bytes(build_.rungs.state_type()));
+             model::state_type_bytes(build_.rungs.state_type()));
     } else {
       // The KV cache needs no clearing: attention reads only positions already written.
       if (!s.k[il].get()) s.k[il] = DeviceBuffer(size_t(opts_.n_ctx * hp.kv_dim()) * sizeof(float));
@@ -220,7 +212,7 @@ void CudaExecutor::run_graph(ProgramMem& pm, int64_t T, bool all_logits, int slo
     g.dispatches = captured;
   }
   CUDA_CHECK(cudaGraphLaunch(g.exec, stream_));
-  for (const auto& [op, n] : g.dispatches.by_op) last_count_.add(op, n);
+  last_count_.add(g.dispatches);
 }
 
 // Inside a graph the position comes from device memory. Both paths size their launches by
@@ -250,7 +242,7 @@ const float* CudaExecutor::vec(const std::vector<float>* v) const {
 
 void CudaExecutor::step(const model::Step& s, ProgramMem& pm, std::span<const int32_t> ids,
                         Slot& slot, runtime::DispatchCount& count) {
-  count.add(model::op_name(s.op), launch(s, pm, ids, slot));
+  count.add(s.op, launch(s, pm, ids, slot));
 }
 
 // Returns the kernel launches (dispatches) the step made.

@@ -417,7 +417,8 @@ void copy_rows(DevRows x, int64_t row0, DevRows y, cudaStream_t s) {
 }
 
 void copy_state(DevState src, DevState dst, int64_t n, cudaStream_t s) {
-  const size_t src_bytes = state::value_bytes(src.type), dst_bytes = state::value_bytes(dst.type);
+  const size_t src_bytes = model::state_type_bytes(src.type),
+               dst_bytes = model::state_type_bytes(dst.type);
   if (src.data == nullptr || dst.data == nullptr || n <= 0 || src_bytes == 0 || dst_bytes == 0) {
     fail("cuda copy_state: {} values from {} ({}) to {} ({})", n, src.data,
          model::state_type_name(src.type), dst.data, model::state_type_name(dst.type));

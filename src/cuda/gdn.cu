@@ -322,8 +322,8 @@ void gdn_recurrence(DevRows q, DevRows k, DevRows v, DevRows g, DevRows beta, De
   }
   // The state: [Hv][d][d] in each buffer's storage type; one buffer of one type (in place)
   // or two that do not overlap.
-  const size_t in_bytes = state::value_bytes(state_in.type);
-  const size_t out_bytes = state::value_bytes(state_out.type);
+  const size_t in_bytes = model::state_type_bytes(state_in.type);
+  const size_t out_bytes = model::state_type_bytes(state_out.type);
   const size_t n_state = size_t(n_v_heads * d * d);
   if (state_in.data == nullptr || state_out.data == nullptr || in_bytes == 0 || out_bytes == 0) {
     fail(

@@ -1052,15 +1052,6 @@ uint32_t gather_word(const uint8_t* qs, int t) {
   return w;
 }
 
-FusedGemv single(const GpuMatrix& w, const float* x, float* y) {
-  FusedGemv f;
-  f.x = x;
-  f.n = 1;
-  f.w[0] = &w;
-  f.y[0] = y;
-  return f;
-}
-
 }  // namespace
 
 const char* q1_variant_name(Q1Variant v) {
@@ -1186,7 +1177,7 @@ void q1_0_product(const GpuMatrix& w, const void* act, float* y, int64_t ldy, in
 
 std::string q1_0_describe(const GpuMatrix& w, int64_t n_tokens, const Q1Options& o) {
   if (n_tokens == 1 && o.one_launch) {
-    const FusedGemv f = single(w, nullptr, nullptr);
+    const FusedGemv f = plain_gemv(w, nullptr, nullptr);
     return describe_gemv(f, o.variant);
   }
   return with_variant(o.variant, [&](auto l) { return l.describe(w, n_tokens); });
@@ -1196,7 +1187,7 @@ void matmul_q1_0(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int6
                  int64_t n_tokens, MatmulWorkspace& ws, const Q1Options& o, cudaStream_t s) {
   check_matmul_args(w, x, ldx, y, ldy, n_tokens);
   if (n_tokens == 1 && o.one_launch) {
-    run_gemv(single(w, x, y), o.variant, o.pdl, s);
+    run_gemv(plain_gemv(w, x, y), o.variant, o.pdl, s);
     return;
   }
   void* act = ws.get(q1_0_workspace_bytes(w.n_in, n_tokens), s);

@@ -103,6 +103,16 @@ struct FusedGemv {
   float* y[kMaxFusedMatrices] = {};  // Store: one per matrix; AddInto, SiluMulPair: y[0]
 };
 
+// One matrix, no prologue, Store: matmul()'s one-token product as a FusedGemv.
+inline FusedGemv plain_gemv(const GpuMatrix& w, const float* x, float* y) {
+  FusedGemv f;
+  f.x = x;
+  f.n = 1;
+  f.w[0] = &w;
+  f.y[0] = y;
+  return f;
+}
+
 // Matrices of one family (and equal n_in) can share a matmul_fused launch. The fused kernels
 // are templated on the weight format, so a family is one weight type (a model mixing Q8_0 and
 // BF16 projections of one input runs one launch per type).

@@ -43,18 +43,6 @@ struct Storage<model::StateType::BF16> {
   static __device__ __forceinline__ T store(float v) { return __float2bfloat16_rn(v); }
 };
 
-// Bytes of one stored value (0 for a value outside the enum: callers refuse it).
-inline size_t value_bytes(model::StateType t) {
-  switch (t) {
-    case model::StateType::F32:
-      return 4;
-    case model::StateType::F16:
-    case model::StateType::BF16:
-      return 2;
-  }
-  return 0;
-}
-
 // Calls f(Storage<t>{}) for the run-time type t: on the host it picks a kernel instantiation,
 // in a kernel the load or store loop. Returns false for a value outside the enum.
 #pragma nv_exec_check_disable

@@ -45,6 +45,7 @@ enum class Op : uint8_t {
   MatMulFused,    // one token: mouts[i] = mats[i]·prologue(x), finished by the epilogue
   Null,           // an empty dispatch (gdn bench --null-dispatches prices a dispatch)
 };
+inline constexpr int kOpCount = static_cast<int>(Op::Null) + 1;
 const char* op_name(Op op);
 
 // A column range of a buffer: rows are the buffer's rows, row stride its cols.

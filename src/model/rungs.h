@@ -12,6 +12,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -46,6 +47,17 @@ const RungInfo& rung_info(Rung r);
 // way; f16/bf16 round on every store.
 enum class StateType : uint8_t { F32, F16, BF16 };
 const char* state_type_name(StateType t);
+// Bytes of one stored value (0 for a value outside the enum: callers refuse it).
+inline size_t state_type_bytes(StateType t) {
+  switch (t) {
+    case StateType::F32:
+      return 4;
+    case StateType::F16:
+    case StateType::BF16:
+      return 2;
+  }
+  return 0;
+}
 
 class Rungs {
  public:

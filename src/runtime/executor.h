@@ -2,8 +2,8 @@
 // keeping that sequence's KV cache and recurrent state in a numbered slot.
 #pragma once
 
+#include <array>
 #include <cstdint>
-#include <map>
 #include <span>
 #include <string>
 #include <vector>
@@ -32,13 +32,17 @@ struct ExecutorOptions {
   int null_dispatches = 0;
 };
 
-// Dispatches (kernel launches; program steps on the CPU) of one forward, per op name.
+// Dispatches (kernel launches; program steps on the CPU) of one forward, per op. Counted
+// per step on the launch path, so a plain array: names come from model::op_name when shown.
 struct DispatchCount {
   int64_t total = 0;
-  std::map<std::string, int64_t> by_op;
-  void add(const std::string& op, int64_t n) {
+  std::array<int64_t, model::kOpCount> by_op{};
+  void add(model::Op op, int64_t n) {
     total += n;
-    if (n) by_op[op] += n;
+    by_op[static_cast<size_t>(op)] += n;
+  }
+  void add(const DispatchCount& o) {
+    for (int i = 0; i < model::kOpCount; ++i) add(static_cast<model::Op>(i), o.by_op[i]);
   }
 };
 

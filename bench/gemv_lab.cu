@@ -154,6 +154,48 @@ struct Row {
   bool ok;
 };
 
+// The timeline of two back-to-back one-launch GEMVs A and B (B launched with PDL behind A,
+// both behind an untraced one), on rotated copies: per event, the earliest / median / latest
+// CTA in us from A's first CTA entry. Shows when weights arrive, what the prologue and each
+// slot cost, and how far B overlaps A.
+void print_timeline(const std::vector<GpuMatrix>& copies, const float* x, float* y,
+                    const Variant& v, cudaStream_t s) {
+  constexpr int kE = mm::kGemvTraceEvents;
+  const int n_sm = 1024;  // more CTAs than any one-launch grid
+  DeviceBuffer trace(2 * size_t(n_sm) * kE * sizeof(uint64_t));
+  CUDA_CHECK(cudaMemsetAsync(trace.get(), 0, trace.bytes(), s));
+  mm::q1_0_gemv_traced(copies[0], x, y, v.o, nullptr, s);
+  const unsigned grid =
+      mm::q1_0_gemv_traced(copies[1 % copies.size()], x, y, v.o, trace.as<uint64_t>(), s);
+  mm::q1_0_gemv_traced(copies[2 % copies.size()], x, y, v.o, trace.as<uint64_t>() + n_sm * kE, s);
+  std::vector<uint64_t> t(2 * size_t(n_sm) * kE);
+  CUDA_CHECK(cudaMemcpyAsync(t.data(), trace.get(), trace.bytes(), cudaMemcpyDeviceToHost, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  uint64_t t0 = UINT64_MAX;
+  for (unsigned c = 0; c < grid; ++c) t0 = std::min(t0, t[c * kE] ? t[c * kE] : UINT64_MAX);
+  static const char* names[] = {"entry", "waited", "prologue"};
+  fmt::print("  timeline {} ({} CTAs; us from A's first entry: min / median / max over CTAs)\n",
+             v.name, grid);
+  for (int k = 0; k < 2; ++k) {
+    for (int e = 0; e < kE; ++e) {
+      std::vector<double> us;
+      for (unsigned c = 0; c < grid; ++c) {
+        const uint64_t at = t[(k * n_sm + c) * kE + e];
+        if (at != 0) us.push_back((double(at) - double(t0)) / 1e3);
+      }
+      if (us.empty()) continue;
+      std::sort(us.begin(), us.end());
+      const std::string name = e < 3 ? names[e]
+                               : e == kE - 1
+                                   ? std::string("exit")
+                                   : fmt::format("slot {} {}", (e - 3) / 2,
+                                                 (e - 3) % 2 ? "processed" : "weights in");
+      fmt::print("    {} {:<22} {:7.2f} {:7.2f} {:7.2f}  ({} CTAs)\n", k ? "B" : "A", name,
+                 us.front(), us[us.size() / 2], us.back(), us.size());
+    }
+  }
+}
+
 int run() {
   CUDA_CHECK(cudaSetDevice(0));
   cudaStream_t s;
@@ -178,6 +220,8 @@ int run() {
       o.variant = v;
       o.one_launch = true;
       variants.push_back({o, fmt::format("{} 1-launch", mm::q1_variant_name(v))});
+      o.stream = true;
+      variants.push_back({o, fmt::format("{} stream", mm::q1_variant_name(v))});
     }
   }
 
@@ -248,6 +292,10 @@ int run() {
       fmt::print("  check {:<18} max|err|/max|ref| {:.2e}  deterministic {}  {}  [{}]\n",
                  variants[v].name, err[v], same ? "yes" : "NO", ok[v] ? "ok" : "FAIL",
                  mm::q1_0_describe(copies[0], 1, variants[v].o));
+    }
+
+    for (const Variant& v : variants) {
+      if (v.o.one_launch) print_timeline(copies, dx.as<float>(), dy.as<float>(), v, s);
     }
 
     // Timing, rotated order.

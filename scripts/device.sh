@@ -27,7 +27,7 @@ run_step() {  # name, command...
   local name=$1
   shift
   local t0=$SECONDS
-  "$@" >"$out/$name.log" 2>&1
+  timeout "${STEP_TIMEOUT:-500}" "$@" >"$out/$name.log" 2>&1
   local rc=$?
   summary+=("$(printf '%-10s rc=%-3s %4ss  %s' "$name" "$rc" "$((SECONDS - t0))" "$(tail -n 1 "$out/$name.log")")")
 }

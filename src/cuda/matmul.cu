@@ -338,7 +338,7 @@ void matmul_fused(const FusedGemv& f, cudaStream_t s) {
       if (f.w[0]->f32_activations) {
         mm::matmul_fused_q1_0_f32act(f, s);
       } else {
-        mm::matmul_fused_q1_0(f, mm::q1_default_options(f.w[0]->n_in, 0).variant, s);
+        mm::matmul_fused_q1_0(f, mm::q1_default_options(f.w[0]->n_in, 0), s);
       }
       return;
     case quant::Type::Q8_0:

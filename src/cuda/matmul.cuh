@@ -71,6 +71,51 @@ __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
   }
 }
 
+// Bulk copies into shared memory completed on an mbarrier (sm_90 TMA, one dimension: no
+// tensor map). One thread arms a barrier with the bytes to expect and issues the copies; the
+// consumers wait on the barrier's phase parity. dst, src 16-byte aligned, bytes a multiple
+// of 16.
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(arrivals)
+               : "memory");
+}
+// Makes initialised barriers visible to the copy engine (the async proxy).
+__device__ __forceinline__ void fence_mbar_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+// Orders this thread's earlier shared-memory accesses before its later bulk copies.
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes,
+                                          uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar))
+      : "memory");
+}
+// Waits until the barrier's phase with this parity has completed.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "wait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n"
+      "}" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+
 // n / d for 0 <= n < 2^31 by a multiply-high and a shift (d fixed per launch, set on the host):
 // the per-element head index of a prologue without an integer division.
 struct FastDiv {
@@ -665,6 +710,9 @@ struct Q1Options {
   // One token: quantise inside the GEMV (one launch; kBmma2 / kBmma4 only) instead of the
   // quantise kernel + product kernel.
   bool one_launch = false;
+  // With one_launch: the stream kernel (weights into a shared-memory ring by bulk copies, small
+  // CTAs) instead of the teams kernel (weights in registers, one CTA per SM).
+  bool stream = false;
 };
 const char* q1_variant_name(Q1Variant v);
 // The variant matmul() uses for this shape (one_launch set for one token when it is the
@@ -687,13 +735,19 @@ void matmul_q1_0(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int6
 // (checks_matmul.cpp declares it again; it is C++-clean).
 void q1_0_two_launch_gemv(const GpuMatrix& w, const float* x, float* y, MatmulWorkspace& ws,
                           cudaStream_t s);
+// The lab's timeline of one one-token GEMV (o.one_launch): launches it (as matmul_q1_0) with
+// thread 0 of every CTA writing globaltimer stamps (ns) to trace[cta * kGemvTraceEvents + e]
+// (GemvTraceEvent in matmul_q1_0.cu); returns the grid size. Unwritten slots keep their value.
+constexpr int kGemvTraceEvents = 20;
+unsigned q1_0_gemv_traced(const GpuMatrix& w, const float* x, float* y, const Q1Options& o,
+                          uint64_t* trace, cudaStream_t s);
 // Q1_0 on f32 activations (GpuMatrix::f32_activations): the chunked layout and kernels.
 GpuMatrix upload_q1_0_f32act(const model::Matrix& m, cudaStream_t s);
 void matmul_q1_0_f32act(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int64_t ldy,
                         int64_t n_tokens, cudaStream_t s);
 void matmul_fused_q1_0_f32act(const FusedGemv& f, cudaStream_t s);
-// The fused decode GEMV of Q1_0 matrices (f validated by matmul_fused), variant v (kBmma2 or
-// kBmma4; matmul_fused passes q1_default_options(n_in, 0).variant).
-void matmul_fused_q1_0(const FusedGemv& f, Q1Variant v, cudaStream_t s);
+// The fused decode GEMV of Q1_0 matrices (f validated by matmul_fused) with options o (variant
+// kBmma2 or kBmma4; matmul_fused passes q1_default_options(n_in, 0)).
+void matmul_fused_q1_0(const FusedGemv& f, const Q1Options& o, cudaStream_t s);
 
 }  // namespace gdn::cuda::mm

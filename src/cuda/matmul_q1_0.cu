@@ -209,15 +209,23 @@ struct ChunkLoads {
 
 // bits / scales: the chunk's first quad of this row tile, plus the lane (bits) / its group
 // (scales); quads: how many of the chunk's kQ quads exist.
-template <int kQ>
+// kShared: from the stream kernel's shared-memory ring, else streamed from global memory.
+template <int kQ, bool kShared>
 __device__ __forceinline__ void load_quads(const uint4* bits, const uint4* scales, int quads,
                                            ChunkLoads<kQ>& t) {
+  const auto ld = [](const uint4* p) {
+    if constexpr (kShared) {
+      return *p;
+    } else {
+      return ld_stream(p);
+    }
+  };
 #pragma unroll
   for (int i = 0; i < kQ; ++i) {
     if (i < quads) {
-      t.bits[i][0] = ld_stream(bits + i * 64);
-      t.bits[i][1] = ld_stream(bits + i * 64 + 32);
-      t.scales[i] = ld_stream(scales + i * 8);
+      t.bits[i][0] = ld(bits + i * 64);
+      t.bits[i][1] = ld(bits + i * 64 + 32);
+      t.scales[i] = ld(scales + i * 8);
     }
   }
 }
@@ -287,7 +295,7 @@ template <int kQ>
 __device__ __forceinline__ void load_chunk(const Q1Args& a, const WarpView& v, int tile, int c,
                                            ChunkLoads<kQ>& t) {
   if (tile >= a.n_tiles) return;  // a padding tile of the last group: computed, never stored
-  load_quads<kQ>(v.bits + tile * v.tile_bits + c * kQ * 64,
+  load_quads<kQ, false>(v.bits + tile * v.tile_bits + c * kQ * 64,
                  v.scales + tile * v.tile_scales + c * kQ * 8, v.quads - c * kQ, t);
 }
 
@@ -650,39 +658,76 @@ struct Q1GemvArgs {
   int n_quads, n_blocks, n_stage;  // n_blocks = n_quads * 4 (padded); n_stage = n_blocks * 128
   int slices, chunks, teams, n_slots;
   int off_act, off_meta, off_sums, off_red;  // bytes into the dynamic shared memory
+  // The stream kernel: `stages` slots of stage_bytes at off_ring, their barriers at off_bars.
+  int stages, stage_bytes, off_ring, off_bars;
+  uint64_t* trace;  // the lab's timeline (q1_0_gemv_traced), else null
   Epilogue epilogue;
   PrologueArgs pro;
 };
+
+// The lab's timeline events: entry, pdl_wait returned, prologue done, then per slot of team 0
+// (k < 8): its weights ready (stream kernel) and processed; the last: exit.
+enum GemvTraceEvent { kTraceEntry, kTraceWaited, kTracePrologue, kTraceSlots };
 
 struct GemvStep {
   int slot, sub;  // sub = matrix of the pair * chunks + chunk
 };
 
-// grid: persistent CTAs; block 32 * slices * teams; dynamic shared memory (host: gemv_layout):
-// staged p(x) [n_stage floats] | act [n_blocks][32] | meta [n_blocks] | norm sums and scales |
-// slice sums [2 parities][2 pair matrices][warps][16].
+// One thread's view of a one-launch GEMV CTA: the prologue, the per-slot product, reduction
+// and epilogue, shared by both one-launch kernels (so they are one piece of code and give the
+// same bits). Shared memory (host: gemv_layout): staged p(x) [n_stage floats] | act
+// [n_blocks][32] | meta [n_blocks] | norm sums and scales | slice sums [2 parities][2 pair
+// matrices][warps][16] (| the stream kernel's weight ring and its barriers).
 template <int kQ>
-__global__ void __launch_bounds__(32 * max_slices(kQ))
-    q1_gemv_kernel(const __grid_constant__ Q1GemvArgs a) {
-  extern __shared__ float4 stage[];
-  unsigned char* smem = reinterpret_cast<unsigned char*>(stage);
-  uint32_t* act = reinterpret_cast<uint32_t*>(smem + a.off_act);
-  ActMeta* meta = reinterpret_cast<ActMeta*>(smem + a.off_meta);
-  float* sums = reinterpret_cast<float*>(smem + a.off_sums);
-  float* scales = sums + a.pro.n_sums;
-  float* red = reinterpret_cast<float*>(smem + a.off_red);
+struct GemvCta {
+  const Q1GemvArgs& a;
+  float4* stage;
+  uint32_t* act;
+  ActMeta* meta;
+  float* sums;
+  float* scales;
+  float* red;
+  int lane, warp, n_warps, team, slice;
+  bool pair;
+  int n_sub, q_begin, quads;  // quads: of this warp's slice
+  BmmaMath math;
+  float2 acc = make_float2(0.0f, 0.0f);
+  int parity = 0;
 
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
-  const int team = warp / a.slices, slice = warp % a.slices;
-  const bool pair = a.epilogue == Epilogue::SiluMulPair;
-  const int n_sub = (pair ? 2 : 1) * a.chunks;
-  const int team_stride = gridDim.x * a.teams;
-  const int q_begin = slice * a.chunks * kQ;
-  const int quads = max(0, min(a.chunks * kQ, a.n_quads - q_begin));  // of this slice
-  const BmmaMath math(lane);
+  __device__ GemvCta(const Q1GemvArgs& args, unsigned char* smem)
+      : a(args),
+        stage(reinterpret_cast<float4*>(smem)),
+        act(reinterpret_cast<uint32_t*>(smem + args.off_act)),
+        meta(reinterpret_cast<ActMeta*>(smem + args.off_meta)),
+        sums(reinterpret_cast<float*>(smem + args.off_sums)),
+        scales(sums + args.pro.n_sums),
+        red(reinterpret_cast<float*>(smem + args.off_red)),
+        lane(threadIdx.x & 31),
+        warp(threadIdx.x >> 5),
+        n_warps(blockDim.x >> 5),
+        team(warp / args.slices),
+        slice(warp % args.slices),
+        pair(args.epilogue == Epilogue::SiluMulPair),
+        n_sub((pair ? 2 : 1) * args.chunks),
+        q_begin(slice * args.chunks * kQ),
+        quads(max(0, min(args.chunks * kQ, args.n_quads - q_begin))),
+        math(lane) {}
+
+  // Timeline event e of this CTA (thread 0 only; the lab's q1_0_gemv_traced).
+  __device__ void stamp(int e) const {
+    if (a.trace == nullptr || threadIdx.x != 0 || e >= kGemvTraceEvents) return;
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    a.trace[blockIdx.x * kGemvTraceEvents + e] = t;
+  }
+
+  // Team 0's k-th slot: weights ready (processed false) or processed.
+  __device__ void stamp_slot(int k, bool processed) const {
+    if (k < (kGemvTraceEvents - 1 - kTraceSlots) / 2) stamp(kTraceSlots + 2 * k + processed);
+  }
 
   // Matrix and row tile of pair matrix ms of slot s.
-  const auto locate = [&](int s, int ms, int& m, int& tile) {
+  __device__ void locate(int s, int ms, int& m, int& tile) const {
     if (pair) {
       m = ms;
       tile = s;
@@ -691,75 +736,43 @@ __global__ void __launch_bounds__(32 * max_slices(kQ))
     m = 0;
     while (s >= a.slot_end[m]) ++m;
     tile = s - (m > 0 ? a.slot_end[m - 1] : 0);
-  };
-  const auto advance = [&](GemvStep& st) {
-    if (++st.sub == n_sub) {
-      st.sub = 0;
-      st.slot += team_stride;
-    }
-  };
-  // The first quad of this warp's chunk of a step, in quads from its matrix's base.
-  const auto quad_of = [&](const GemvStep& st, int& m) {
-    int tile;
-    locate(st.slot, st.sub / a.chunks, m, tile);
-    return int64_t(tile) * a.n_quads + q_begin + (st.sub % a.chunks) * kQ;
-  };
-  const auto load = [&](const GemvStep& st, ChunkLoads<kQ>& t) {
-    if (st.slot >= a.n_slots) return;
-    int m;
-    const int64_t q = quad_of(st, m);
-    load_quads<kQ>(a.bits[m] + q * 64 + lane, a.scales[m] + q * 8 + (lane >> 2),
-                   quads - (st.sub % a.chunks) * kQ, t);
-  };
-  const auto prefetch = [&](const GemvStep& st) {
-    if (lane != 0 || st.slot >= a.n_slots) return;
-    const int nq = min(kQ, quads - (st.sub % a.chunks) * kQ);
-    if (nq <= 0) return;
-    int m;
-    const int64_t q = quad_of(st, m);
-    prefetch_l2(a.bits[m] + q * 64, static_cast<uint32_t>(nq) * 1024u);
-    prefetch_l2(a.scales[m] + q * 8, static_cast<uint32_t>(nq) * 128u);
-  };
-
-  // 1. Weights first.
-  ChunkLoads<kQ> buf0, buf1;
-  GemvStep st{static_cast<int>(blockIdx.x) * a.teams + team, 0};
-  load(st, buf0);
-  GemvStep ahead = st;
-  for (int i = 0; i < kL2Ahead; ++i) {
-    advance(ahead);
-    prefetch(ahead);
   }
-  pdl_launch_dependents();  // the next kernel may start its own weight loads
-  pdl_wait();               // x, gate and the residual come from earlier kernels
+  // This warp's chunk of step `sub`: its first quad within the row tile, and how many of its
+  // kQ quads exist (may be <= 0).
+  __device__ int chunk_quad(int sub) const { return q_begin + (sub % a.chunks) * kQ; }
+  __device__ int chunk_quads(int sub) const { return quads - (sub % a.chunks) * kQ; }
 
-  // 2. The prologue and the quantisation, into shared memory.
-  prologue_scales(a.pro, sums, scales);
-  prologue_stage(a.pro, a.n_stage, scales, [&](int f, float4 v) { stage[stage_pos(f)] = v; });
-  __syncthreads();  // p(x) is staged before any quarter reads it
-  for (int u0 = warp * 32; u0 < a.n_blocks * 4; u0 += blockDim.x) {  // warp-uniform
-    const int u = u0 + lane;
-    uint32_t words[8];
-    float d;
-    int sum;
-    quantize_quarter<true>(stage, min(u, a.n_blocks * 4 - 1), words, d, sum);  // whole groups
-    if (u < a.n_blocks * 4) {
-      store_quarter(act + (u >> 2) * 32, u & 3, words);
-      if ((u & 3) == 0) meta[u >> 2] = ActMeta{d, sum};
+  // p(x) staged in shared memory (matmul.cuh's prologue_scales / prologue_stage, shared with
+  // the chunked formats), then every quarter block quantised by quantize_quarter into act /
+  // meta — the same device code, on the same floats, as the two-launch quantise kernel. Every
+  // thread of the CTA calls it (barriers).
+  __device__ void prologue() {
+    prologue_scales(a.pro, sums, scales);
+    prologue_stage(a.pro, a.n_stage, scales, [&](int f, float4 v) { stage[stage_pos(f)] = v; });
+    __syncthreads();  // p(x) is staged before any quarter reads it
+    for (int u0 = warp * 32; u0 < a.n_blocks * 4; u0 += blockDim.x) {  // warp-uniform
+      const int u = u0 + lane;
+      uint32_t words[8];
+      float d;
+      int sum;
+      quantize_quarter<true>(stage, min(u, a.n_blocks * 4 - 1), words, d, sum);  // whole groups
+      if (u < a.n_blocks * 4) {
+        store_quarter(act + (u >> 2) * 32, u & 3, words);
+        if ((u & 3) == 0) meta[u >> 2] = ActMeta{d, sum};
+      }
     }
+    __syncthreads();  // act / meta are complete before any warp's product reads them
   }
-  __syncthreads();  // act / meta are complete before any warp's product reads them
 
-  // 3. The product.
-  const uint32_t* act_w = act + q_begin * kQuadBlocks * 32 + BmmaMath::lane_offset(lane);
-  const ActMeta* meta_w = meta + q_begin * kQuadBlocks;
-  float2 acc = make_float2(0.0f, 0.0f);
-  int parity = 0;
-  const auto process = [&](const GemvStep& s, const ChunkLoads<kQ>& t) {
+  // Step s on its loaded weights t: dot_chunk / sum_quad_lanes / sum_slices, the two-launch
+  // kernel's code in the same order. A slot's last step ends with the team's named barrier
+  // (teams do not wait for each other; slice sums double-buffered: one barrier per slot) and
+  // the epilogue (matmul.cuh's epilogue_store) on the slot's 16 rows.
+  __device__ void process(const GemvStep& s, const ChunkLoads<kQ>& t) {
     const int ms = s.sub / a.chunks, c = s.sub % a.chunks;
-    const float2 p =
-        dot_chunk<BmmaMath, kQ, true>(math, act_w + c * kQ * kQuadBlocks * 32,
-                                      meta_w + c * kQ * kQuadBlocks, t, quads - c * kQ, lane);
+    const float2 p = dot_chunk<BmmaMath, kQ, true>(
+        math, act + (q_begin + c * kQ) * kQuadBlocks * 32 + BmmaMath::lane_offset(lane),
+        meta + (q_begin + c * kQ) * kQuadBlocks, t, quads - c * kQ, lane);
     acc.x += p.x;
     acc.y += p.y;
     if (c != a.chunks - 1) return;
@@ -787,23 +800,152 @@ __global__ void __launch_bounds__(32 * max_slices(kQ))
       }
     }
     parity ^= 1;
+  }
+};
+
+// The teams kernel. Every CTA (persistent: at most one per SM while there is work for all of
+// them, so the prologue runs once per SM) issues its warps' first step of weight loads into
+// registers and asks L2 for the next kL2Ahead steps (weights never depend on the previous
+// kernel), then pdl_wait(), the prologue, and the product: `teams` teams of `slices` warps,
+// each team striding over slots (a row tile of one matrix; for SiluMulPair a row tile of both,
+// gate then up), the next step's loads issued before the current one is processed.
+template <int kQ>
+__global__ void __launch_bounds__(32 * max_slices(kQ))
+    q1_gemv_kernel(const __grid_constant__ Q1GemvArgs a) {
+  extern __shared__ float4 smem4[];
+  GemvCta<kQ> c(a, reinterpret_cast<unsigned char*>(smem4));
+  const int team_stride = gridDim.x * a.teams;
+  const auto advance = [&](GemvStep& st) {
+    if (++st.sub == c.n_sub) {
+      st.sub = 0;
+      st.slot += team_stride;
+    }
   };
+  // The first quad of this warp's chunk of a step, in quads from its matrix's base.
+  const auto quad_of = [&](const GemvStep& st, int& m) {
+    int tile;
+    c.locate(st.slot, st.sub / a.chunks, m, tile);
+    return int64_t(tile) * a.n_quads + c.chunk_quad(st.sub);
+  };
+  const auto load = [&](const GemvStep& st, ChunkLoads<kQ>& t) {
+    if (st.slot >= a.n_slots) return;
+    int m;
+    const int64_t q = quad_of(st, m);
+    load_quads<kQ, false>(a.bits[m] + q * 64 + c.lane, a.scales[m] + q * 8 + (c.lane >> 2),
+                          c.chunk_quads(st.sub), t);
+  };
+  const auto prefetch = [&](const GemvStep& st) {
+    if (c.lane != 0 || st.slot >= a.n_slots) return;
+    const int nq = min(kQ, c.chunk_quads(st.sub));
+    if (nq <= 0) return;
+    int m;
+    const int64_t q = quad_of(st, m);
+    prefetch_l2(a.bits[m] + q * 64, static_cast<uint32_t>(nq) * 1024u);
+    prefetch_l2(a.scales[m] + q * 8, static_cast<uint32_t>(nq) * 128u);
+  };
+
+  ChunkLoads<kQ> buf0, buf1;
+  GemvStep st{static_cast<int>(blockIdx.x) * a.teams + c.team, 0};
+  load(st, buf0);
+  GemvStep ahead = st;
+  for (int i = 0; i < kL2Ahead; ++i) {
+    advance(ahead);
+    prefetch(ahead);
+  }
+  c.stamp(kTraceEntry);
+  pdl_launch_dependents();  // the next kernel may start its own weight loads
+  pdl_wait();               // x, gate and the residual come from earlier kernels
+  c.stamp(kTraceWaited);
+  c.prologue();
+  c.stamp(kTracePrologue);
+  int done = 0;
   while (st.slot < a.n_slots) {  // unrolled by two: both buffers stay in registers
     GemvStep s1 = st;
     advance(s1);
     load(s1, buf1);
     advance(ahead);
     prefetch(ahead);
-    process(st, buf0);
+    c.process(st, buf0);
+    if (s1.sub == 0) c.stamp_slot(done++, true);
     st = s1;
     if (st.slot >= a.n_slots) break;
     advance(s1);
     load(s1, buf0);
     advance(ahead);
     prefetch(ahead);
-    process(st, buf1);
+    c.process(st, buf1);
+    if (s1.sub == 0) c.stamp_slot(done++, true);
     st = s1;
   }
+  c.stamp(kGemvTraceEvents - 1);
+}
+
+// The stream kernel. Each CTA owns a contiguous run of slots and streams their weights into a
+// ring of `stages` shared-memory stages (one slot each: every matrix's bits and scales of the
+// row tile, contiguous in the upload layout) with bulk copies, so that one thread starts the
+// whole ring before pdl_wait() and no register holds a weight in flight. A CTA is small
+// (`teams` teams of `slices` warps; slot i of the run goes to team i % teams, stage i % stages,
+// stages a multiple of teams) so that the next kernel's CTA fits beside it and starts its own
+// ring while this one computes. A team refills the stage it has just consumed (after its
+// barrier in process(): all its warps have read it) with the slot `stages` later.
+template <int kQ>
+__global__ void __launch_bounds__(32 * max_slices(kQ))
+    q1_stream_kernel(const __grid_constant__ Q1GemvArgs a) {
+  extern __shared__ float4 smem4[];
+  unsigned char* smem = reinterpret_cast<unsigned char*>(smem4);
+  GemvCta<kQ> c(a, smem);
+  unsigned char* ring = smem + a.off_ring;
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + a.off_bars);
+  const int first = static_cast<int>(int64_t(blockIdx.x) * a.n_slots / gridDim.x);
+  const int count = static_cast<int>(int64_t(blockIdx.x + 1) * a.n_slots / gridDim.x) - first;
+  const uint32_t quad_bytes = a.n_quads * 1024u, mat_bytes = a.n_quads * 1152u;
+  const auto fill = [&](int i) {
+    const int r = i % a.stages;
+    unsigned char* dst = ring + size_t(r) * a.stage_bytes;
+    mbar_expect_tx(&full[r], a.stage_bytes);
+    for (int ms = 0; ms < (c.pair ? 2 : 1); ++ms) {
+      int m, tile;
+      c.locate(first + i, ms, m, tile);
+      bulk_load(dst + ms * mat_bytes, a.bits[m] + int64_t(tile) * a.n_quads * 64, quad_bytes,
+                &full[r]);
+      bulk_load(dst + ms * mat_bytes + quad_bytes, a.scales[m] + int64_t(tile) * a.n_quads * 8,
+                a.n_quads * 128u, &full[r]);
+    }
+  };
+  if (threadIdx.x == 0) {
+    for (int r = 0; r < a.stages; ++r) mbar_init(&full[r], 1);
+    fence_mbar_init();
+  }
+  __syncthreads();  // the barriers are initialised before anyone waits on them
+  c.stamp(kTraceEntry);
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < min(a.stages, count); ++i) fill(i);
+  }
+  pdl_launch_dependents();  // the next kernel may start its own ring
+  pdl_wait();               // x, gate and the residual come from earlier kernels
+  c.stamp(kTraceWaited);
+  c.prologue();
+  c.stamp(kTracePrologue);
+  for (int i = c.team; i < count; i += a.teams) {
+    const int r = i % a.stages;
+    mbar_wait(&full[r], (i / a.stages) & 1);
+    c.stamp_slot(i / a.teams, false);
+    const uint4* st = reinterpret_cast<const uint4*>(ring + size_t(r) * a.stage_bytes);
+    for (int sub = 0; sub < c.n_sub; ++sub) {
+      const uint4* bits = st + (sub / a.chunks) * (mat_bytes / 16);
+      const int q = c.chunk_quad(sub);
+      ChunkLoads<kQ> t;
+      load_quads<kQ, true>(bits + q * 64 + c.lane, bits + a.n_quads * 64 + q * 8 + (c.lane >> 2),
+                           c.chunk_quads(sub), t);
+      c.process({first + i, sub}, t);
+    }
+    c.stamp_slot(i / a.teams, true);
+    if (c.slice == 0 && c.lane == 0 && i + a.stages < count) {
+      fence_proxy_async();  // the team's reads of stage r before the copy that overwrites it
+      fill(i + a.stages);
+    }
+  }
+  c.stamp(kGemvTraceEvents - 1);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -942,7 +1084,7 @@ decltype(auto) with_variant(Q1Variant v, Fn&& fn) {
   return fn(Q1Launch<Dp4aMath, 2, true>{});
 }
 
-// The one-launch GEMV's shape for f: the cut, teams per CTA, grid and shared memory.
+// A one-launch GEMV's launch shape.
 struct GemvShape {
   Q1GemvArgs a{};
   int threads = 0;
@@ -950,12 +1092,11 @@ struct GemvShape {
   size_t smem = 0;
 };
 
+// The arguments both one-launch kernels share: matrices, slots, the cut, the prologue.
 template <int kQ>
-GemvShape gemv_shape(const FusedGemv& f) {
-  GemvShape g;
-  Q1GemvArgs& a = g.a;
-  const GpuMatrix& w0 = *f.w[0];
-  const Geometry geo = geometry(w0.n_in);
+Q1GemvArgs gemv_args(const FusedGemv& f) {
+  Q1GemvArgs a{};
+  const Geometry geo = geometry(f.w[0]->n_in);
   a.n_quads = static_cast<int>(geo.n_quads);
   a.n_blocks = static_cast<int>(geo.n_blocks_padded);
   a.n_stage = a.n_blocks * kBlock;
@@ -978,13 +1119,11 @@ GemvShape gemv_shape(const FusedGemv& f) {
   const Q1Cut cut = q1_cut(kQ, a.n_quads);
   a.slices = cut.slices;
   a.chunks = cut.chunks;
-  // As many teams as the register budget holds (named barriers 1..15), but no more than the
-  // slots need to give every SM work: small matrices spread over more, smaller CTAs.
-  const int n_sm = sm_count();
-  a.teams = std::max(
-      1, std::min({max_slices(kQ) / a.slices, 15, static_cast<int>(ceil_div(slots, n_sm))}));
-  const int warps = a.slices * a.teams;
-  g.threads = 32 * warps;
+  return a;
+}
+
+// GemvCta's shared memory for a.slices * a.teams warps: sets the offsets, returns the bytes.
+size_t gemv_layout(Q1GemvArgs& a) {
   size_t off = sizeof(float) * size_t(a.n_stage);
   a.off_act = static_cast<int>(off);
   off += size_t(a.n_blocks) * 32 * sizeof(uint32_t);
@@ -994,55 +1133,125 @@ GemvShape gemv_shape(const FusedGemv& f) {
   off += sizeof(float) * size_t(a.pro.n_sums + a.pro.n_scales);
   off = (off + 15) / 16 * 16;
   a.off_red = static_cast<int>(off);
-  off += sizeof(float) * 2 * 2 * size_t(warps) * kTileRows;
-  g.smem = off;
+  off += sizeof(float) * 2 * 2 * size_t(a.slices * a.teams) * kTileRows;
+  return off;
+}
+
+[[noreturn]] void fail_shape(const FusedGemv& f, const char* why, size_t smem) {
+  const GpuMatrix& w = *f.w[0];
+  fail("cuda matmul q1_0 '{}' [{} x {}]: the one-launch GEMV {} ({} bytes of shared memory)",
+       w.name, w.n_out, w.n_in, why, smem);
+}
+
+template <int kQ>
+GemvShape teams_shape(const FusedGemv& f) {
+  GemvShape g;
+  g.a = gemv_args<kQ>(f);
+  Q1GemvArgs& a = g.a;
+  // As many teams as the register budget holds (named barriers 1..15), but no more than the
+  // slots need to give every SM work: small matrices spread over more, smaller CTAs.
+  const int n_sm = sm_count();
+  a.teams = std::max(1, std::min({max_slices(kQ) / a.slices, 15,
+                                  static_cast<int>(ceil_div(a.n_slots, n_sm))}));
+  g.threads = 32 * a.slices * a.teams;
+  g.smem = gemv_layout(a);
   const void* kernel = reinterpret_cast<const void*>(&q1_gemv_kernel<kQ>);
-  if (g.smem > allow_max_smem(kernel)) {
-    fail("cuda matmul q1_0 '{}' [{} x {}]: the one-launch GEMV needs {} bytes of shared memory",
-         w0.name, w0.n_out, w0.n_in, g.smem);
-  }
+  if (g.smem > allow_max_smem(kernel)) fail_shape(f, "does not fit", g.smem);
   const int per_sm = occupancy(kernel, g.threads, g.smem);
-  if (per_sm < 1) {
-    fail("cuda matmul q1_0 '{}' [{} x {}]: no CTA of {} threads fits", w0.name, w0.n_out, w0.n_in,
-         g.threads);
-  }
-  g.grid =
-      static_cast<unsigned>(std::min<int64_t>(int64_t(per_sm) * n_sm, ceil_div(slots, a.teams)));
+  if (per_sm < 1) fail_shape(f, "has no CTA that fits", g.smem);
+  g.grid = static_cast<unsigned>(
+      std::min<int64_t>(int64_t(per_sm) * n_sm, ceil_div(a.n_slots, a.teams)));
   return g;
 }
 
-void run_gemv(const FusedGemv& f, Q1Variant v, bool pdl, cudaStream_t s) {
-  switch (v) {
-    case Q1Variant::kBmma2: {
-      const GemvShape g = gemv_shape<2>(f);
-      launch(&q1_gemv_kernel<2>, dim3(g.grid), dim3(g.threads), g.smem, pdl, s, g.a);
-      break;
-    }
-    case Q1Variant::kBmma4: {
-      const GemvShape g = gemv_shape<4>(f);
-      launch(&q1_gemv_kernel<4>, dim3(g.grid), dim3(g.threads), g.smem, pdl, s, g.a);
-      break;
-    }
-    default:
-      fail("cuda matmul q1_0 '{}': the one-launch GEMV exists for bmma-q2 and bmma-q4, not {}",
-           f.w[0]->name, q1_variant_name(v));
+// The stream kernel's shape: one CTA per SM (each a run of slots), as many teams (up to 3) and
+// stages as let a second CTA — the next GEMV's — fit beside it; where none does, one CTA per
+// SM with as many stages as fit.
+template <int kQ>
+GemvShape stream_shape(const FusedGemv& f) {
+  const void* kernel = reinterpret_cast<const void*>(&q1_stream_kernel<kQ>);
+  const Q1GemvArgs base = gemv_args<kQ>(f);
+  const int n_sm = sm_count();
+  const unsigned grid = static_cast<unsigned>(std::min(base.n_slots, n_sm));
+  const int run = static_cast<int>(ceil_div(base.n_slots, grid));  // slots of the longest run
+  const size_t max_smem = allow_max_smem(kernel);
+  int per_sm_smem = 0, dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&per_sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+  const size_t shared_half = size_t(per_sm_smem) / 2 - 1024;  // the runtime keeps 1 KB per CTA
+  const int n_mats = base.epilogue == Epilogue::SiluMulPair ? 2 : 1;
+  const auto shape = [&](int teams, size_t budget) {
+    GemvShape g;
+    g.a = base;
+    Q1GemvArgs& a = g.a;
+    a.teams = teams;
+    a.stage_bytes = n_mats * a.n_quads * 1152;
+    const size_t fixed = (gemv_layout(a) + 127) / 128 * 128;
+    a.off_ring = static_cast<int>(fixed);
+    const size_t room = budget > fixed ? budget - fixed : 0;
+    const int most = static_cast<int>(ceil_div(run, teams)) * teams;
+    const int fit = static_cast<int>(room / (size_t(a.stage_bytes) + sizeof(uint64_t)));
+    a.stages = std::min(fit / teams * teams, most);
+    a.off_bars = static_cast<int>(fixed + size_t(std::max(a.stages, 0)) * a.stage_bytes);
+    g.smem = size_t(a.off_bars) + 8 * size_t(std::max(a.stages, 1));
+    g.threads = 32 * a.slices * teams;
+    g.grid = grid;
+    return g;
+  };
+  for (int teams = std::min(3, max_slices(kQ) / base.slices); teams >= 1; --teams) {
+    const GemvShape g = shape(teams, std::min(shared_half, max_smem));
+    if (g.a.stages >= teams && occupancy(kernel, g.threads, g.smem) >= 2) return g;
   }
-  CUDA_CHECK_LAUNCH();
+  const GemvShape g = shape(1, max_smem);
+  if (g.a.stages < 1 || occupancy(kernel, g.threads, g.smem) < 1) {
+    fail_shape(f, "has no ring of one stage that fits", g.smem);
+  }
+  return g;
 }
 
-std::string describe_gemv(const FusedGemv& f, Q1Variant v) {
-  const auto show = [&](const auto& g, const void* kernel, int kQ) {
-    cudaFuncAttributes attr{};
-    CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-    return fmt::format(
-        "one launch: {} warps/tile x {} steps of {} quads, {} teams/CTA, {} CTAs x {} threads, "
-        "{} regs, {} B shared",
-        g.a.slices, g.a.chunks, kQ, g.a.teams, g.grid, g.threads, attr.numRegs, g.smem);
-  };
-  if (v == Q1Variant::kBmma4) {
-    return show(gemv_shape<4>(f), reinterpret_cast<const void*>(&q1_gemv_kernel<4>), 4);
+template <int kQ>
+unsigned launch_gemv(const FusedGemv& f, const Q1Options& o, uint64_t* trace, cudaStream_t s) {
+  GemvShape g = o.stream ? stream_shape<kQ>(f) : teams_shape<kQ>(f);
+  g.a.trace = trace;
+  if (o.stream) {
+    launch(&q1_stream_kernel<kQ>, dim3(g.grid), dim3(g.threads), g.smem, o.pdl, s, g.a);
+  } else {
+    launch(&q1_gemv_kernel<kQ>, dim3(g.grid), dim3(g.threads), g.smem, o.pdl, s, g.a);
   }
-  return show(gemv_shape<2>(f), reinterpret_cast<const void*>(&q1_gemv_kernel<2>), 2);
+  return g.grid;
+}
+
+unsigned run_gemv(const FusedGemv& f, const Q1Options& o, cudaStream_t s,
+                  uint64_t* trace = nullptr) {
+  unsigned grid = 0;
+  switch (o.variant) {
+    case Q1Variant::kBmma2:
+      grid = launch_gemv<2>(f, o, trace, s);
+      break;
+    case Q1Variant::kBmma4:
+      grid = launch_gemv<4>(f, o, trace, s);
+      break;
+    default:
+      fail("cuda matmul q1_0 '{}': the one-launch GEMV exists for bmma-q2 and bmma-q4, not {}",
+           f.w[0]->name, q1_variant_name(o.variant));
+  }
+  CUDA_CHECK_LAUNCH();
+  return grid;
+}
+
+template <int kQ>
+std::string describe_gemv(const FusedGemv& f, bool stream) {
+  const GemvShape g = stream ? stream_shape<kQ>(f) : teams_shape<kQ>(f);
+  cudaFuncAttributes attr{};
+  CUDA_CHECK(cudaFuncGetAttributes(
+      &attr, stream ? reinterpret_cast<const void*>(&q1_stream_kernel<kQ>)
+                    : reinterpret_cast<const void*>(&q1_gemv_kernel<kQ>)));
+  return fmt::format(
+      "one launch{}: {} warps/tile x {} steps of {} quads, {} teams/CTA, {} CTAs x {} threads, "
+      "{} regs, {} B shared{}",
+      stream ? " (stream)" : "", g.a.slices, g.a.chunks, kQ, g.a.teams, g.grid, g.threads,
+      attr.numRegs, g.smem,
+      stream ? fmt::format(", {} stages of {} B", g.a.stages, g.a.stage_bytes) : "");
 }
 
 // Bits of word t of one stored block: bit i = weight 32t+i = the block's bytes 4t..4t+3.
@@ -1178,7 +1387,8 @@ void q1_0_product(const GpuMatrix& w, const void* act, float* y, int64_t ldy, in
 std::string q1_0_describe(const GpuMatrix& w, int64_t n_tokens, const Q1Options& o) {
   if (n_tokens == 1 && o.one_launch) {
     const FusedGemv f = plain_gemv(w, nullptr, nullptr);
-    return describe_gemv(f, o.variant);
+    return o.variant == Q1Variant::kBmma4 ? describe_gemv<4>(f, o.stream)
+                                          : describe_gemv<2>(f, o.stream);
   }
   return with_variant(o.variant, [&](auto l) { return l.describe(w, n_tokens); });
 }
@@ -1187,7 +1397,7 @@ void matmul_q1_0(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int6
                  int64_t n_tokens, MatmulWorkspace& ws, const Q1Options& o, cudaStream_t s) {
   check_matmul_args(w, x, ldx, y, ldy, n_tokens);
   if (n_tokens == 1 && o.one_launch) {
-    run_gemv(plain_gemv(w, x, y), o.variant, o.pdl, s);
+    run_gemv(plain_gemv(w, x, y), o, s);
     return;
   }
   void* act = ws.get(q1_0_workspace_bytes(w.n_in, n_tokens), s);
@@ -1202,8 +1412,13 @@ void q1_0_two_launch_gemv(const GpuMatrix& w, const float* x, float* y, MatmulWo
   matmul_q1_0(w, x, w.n_in, y, w.n_out, 1, ws, o, s);
 }
 
-void matmul_fused_q1_0(const FusedGemv& f, Q1Variant v, cudaStream_t s) {
-  run_gemv(f, v, true, s);
+unsigned q1_0_gemv_traced(const GpuMatrix& w, const float* x, float* y, const Q1Options& o,
+                          uint64_t* trace, cudaStream_t s) {
+  return run_gemv(plain_gemv(w, x, y), o, s, trace);
+}
+
+void matmul_fused_q1_0(const FusedGemv& f, const Q1Options& o, cudaStream_t s) {
+  run_gemv(f, o, s);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -154,6 +154,68 @@ struct Row {
   bool ok;
 };
 
+// Tensor-core issue rates the Q1_0 arithmetic rests on: b1 mma m16n8k128 (.and.popc; one per
+// 16 rows x 128 weights with all 8 activation planes) and s8 mma m16n8k32 (16 rows x 32 ±1
+// weights), 8 independent accumulator chains per warp, 32 warps on every SM.
+template <bool kB1>
+__global__ void mma_rate_kernel(int iters, int* sink) {
+  int acc[8][4] = {};
+  const uint32_t a0 = threadIdx.x * 0x9E3779B9u, a1 = a0 ^ 0x55555555u, b = a0 * 3u;
+  for (int it = 0; it < iters; ++it) {
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      if constexpr (kB1) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k128.row.col.s32.b1.b1.s32.and.popc {%0,%1,%2,%3}, {%4,%5}, "
+            "{%6}, {%0,%1,%2,%3};"
+            : "+r"(acc[c][0]), "+r"(acc[c][1]), "+r"(acc[c][2]), "+r"(acc[c][3])
+            : "r"(a0), "r"(a1), "r"(b));
+      } else {
+        asm volatile(
+            "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+            "{%8,%9}, {%0,%1,%2,%3};"
+            : "+r"(acc[c][0]), "+r"(acc[c][1]), "+r"(acc[c][2]), "+r"(acc[c][3])
+            : "r"(a0), "r"(a1), "r"(a0), "r"(a1), "r"(b), "r"(b));
+      }
+    }
+  }
+  int x = 0;
+  for (int c = 0; c < 8; ++c) x ^= acc[c][0] ^ acc[c][1] ^ acc[c][2] ^ acc[c][3];
+  if (x == 0x2545F491) *sink = x;
+}
+
+void print_mma_rates(cudaStream_t s) {
+  int dev = 0, sms = 0, khz = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, dev));
+  DeviceBuffer sink(sizeof(int));
+  constexpr int kIters = 4096, kThreads = 256, kPerSm = 4;
+  const auto rate = [&](auto kernel, const char* name, double weights_per_mma) {
+    kernel<<<sms * kPerSm, kThreads, 0, s>>>(16, sink.as<int>());
+    cudaEvent_t a, b;
+    CUDA_CHECK(cudaEventCreate(&a));
+    CUDA_CHECK(cudaEventCreate(&b));
+    CUDA_CHECK(cudaEventRecord(a, s));
+    kernel<<<sms * kPerSm, kThreads, 0, s>>>(kIters, sink.as<int>());
+    CUDA_CHECK(cudaEventRecord(b, s));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    CUDA_CHECK(cudaEventDestroy(a));
+    CUDA_CHECK(cudaEventDestroy(b));
+    const double mmas = double(sms) * kPerSm * (kThreads / 32) * kIters * 8;
+    const double per_s = mmas / (ms * 1e-3);
+    fmt::print(
+        "  {:<22} {:8.1f} G mma/s = {:.3f} per SM per clock ({} MHz) -> {:.1f} T weights/s "
+        "(4.6 TB/s of Q1_0 is 33 T/s)\n",
+        name, per_s / 1e9, per_s / sms / (khz * 1e3), khz / 1000, per_s * weights_per_mma / 1e12);
+  };
+  fmt::print("tensor-core rates:\n");
+  rate(mma_rate_kernel<true>, "b1 m16n8k128 and.popc", 16.0 * 128);
+  rate(mma_rate_kernel<false>, "s8 m16n8k32", 16.0 * 32);
+}
+
 // The timeline of two back-to-back one-launch GEMVs A and B (B launched with PDL behind A,
 // both behind an untraced one), on rotated copies: per event, the earliest / median / latest
 // CTA in us from A's first CTA entry. Shows when weights arrive, what the prologue and each
@@ -188,8 +250,7 @@ void print_timeline(const std::vector<GpuMatrix>& copies, const float* x, float*
       const std::string name = e < 3 ? names[e]
                                : e == kE - 1
                                    ? std::string("exit")
-                                   : fmt::format("slot {} {}", (e - 3) / 2,
-                                                 (e - 3) % 2 ? "processed" : "weights in");
+                                   : fmt::format("slot {} processed", e - 3);
       fmt::print("    {} {:<22} {:7.2f} {:7.2f} {:7.2f}  ({} CTAs)\n", k ? "B" : "A", name,
                  us.front(), us[us.size() / 2], us.back(), us.size());
     }
@@ -204,6 +265,7 @@ int run() {
   const double copy_bw = measure_copy_bandwidth(s);
   fmt::print("copy bandwidth: {:.0f} GB/s (read + write)\n", copy_bw / 1e9);
   Timer timer(s);
+  print_mma_rates(s);
 
   std::vector<Variant> variants;
   for (auto v : {mm::Q1Variant::kBmma2, mm::Q1Variant::kBmma2Flat, mm::Q1Variant::kBmma4,
@@ -220,8 +282,6 @@ int run() {
       o.variant = v;
       o.one_launch = true;
       variants.push_back({o, fmt::format("{} 1-launch", mm::q1_variant_name(v))});
-      o.stream = true;
-      variants.push_back({o, fmt::format("{} stream", mm::q1_variant_name(v))});
     }
   }
 

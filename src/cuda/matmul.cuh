@@ -71,51 +71,6 @@ __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
   }
 }
 
-// Bulk copies into shared memory completed on an mbarrier (sm_90 TMA, one dimension: no
-// tensor map). One thread arms a barrier with the bytes to expect and issues the copies; the
-// consumers wait on the barrier's phase parity. dst, src 16-byte aligned, bytes a multiple
-// of 16.
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t arrivals) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(arrivals)
-               : "memory");
-}
-// Makes initialised barriers visible to the copy engine (the async proxy).
-__device__ __forceinline__ void fence_mbar_init() {
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-// Orders this thread's earlier shared-memory accesses before its later bulk copies.
-__device__ __forceinline__ void fence_proxy_async() {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
-               "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes,
-                                          uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
-          "r"(smem_addr(dst)),
-      "l"(src), "r"(bytes), "r"(smem_addr(bar))
-      : "memory");
-}
-// Waits until the barrier's phase with this parity has completed.
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "wait_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait_%=;\n"
-      "}" ::"r"(smem_addr(bar)),
-      "r"(parity)
-      : "memory");
-}
-
 // n / d for 0 <= n < 2^31 by a multiply-high and a shift (d fixed per launch, set on the host):
 // the per-element head index of a prologue without an integer division.
 struct FastDiv {
@@ -413,46 +368,66 @@ __device__ __forceinline__ void prologue_scales(const PrologueArgs& p, float* su
 }
 
 // store(f, v) receives float4 f = p(x)[4f, 4f + 4) for f < n_stage / 4 (no barrier inside).
+// p(x) of elements i..i+3 (zeros past n_in).
+template <Prologue P, bool kVec>
+__device__ __forceinline__ float4 stage_value(const PrologueArgs& p, int i, const float* scales) {
+  constexpr bool kGate = P == Prologue::HeadRmsNormSiluGate || P == Prologue::SigmoidGate;
+  constexpr bool kNorm = P == Prologue::RmsNorm || P == Prologue::HeadRmsNormSiluGate;
+  float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if constexpr (kVec) {
+    if (i < p.n_in) {  // n_in is a multiple of 4: the whole float4 is inside
+      const float4 x4 = *reinterpret_cast<const float4*>(p.x + i);
+      float4 g4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), w4 = g4;
+      float scale = 0.0f;
+      if constexpr (kGate) g4 = *reinterpret_cast<const float4*>(p.gate + i);
+      if constexpr (kNorm) {
+        const int h = P == Prologue::RmsNorm ? 0 : p.head.div(i);  // chunk % 4 == 0
+        w4 = *reinterpret_cast<const float4*>(p.norm + (i - h * p.chunk));
+        scale = scales[h];
+      }
+      v[0] = prologue_value<P>(x4.x, g4.x, w4.x, scale);
+      v[1] = prologue_value<P>(x4.y, g4.y, w4.y, scale);
+      v[2] = prologue_value<P>(x4.z, g4.z, w4.z, scale);
+      v[3] = prologue_value<P>(x4.w, g4.w, w4.w, scale);
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int j = i + e;
+      if (j >= p.n_in) break;
+      float g = 0.0f, w = 0.0f, scale = 0.0f;
+      if constexpr (kGate) g = p.gate[j];
+      if constexpr (kNorm) {
+        const int h = P == Prologue::RmsNorm ? 0 : p.head.div(j);
+        w = p.norm[j - h * p.chunk];
+        scale = scales[h];
+      }
+      v[e] = prologue_value<P>(p.x[j], g, w, scale);
+    }
+  }
+  return make_float4(v[0], v[1], v[2], v[3]);
+}
+
+// Each thread computes kStageBatch float4s before it stores any, so that their loads are in
+// flight together: a store between two loads orders the second after it (the compiler cannot
+// tell that the shared-memory stage and the global x do not alias), and the one-launch GEMV
+// timeline measured three serial L2 round trips, queued behind its weight loads, at 3.3 us.
+constexpr int kStageBatch = 4;
 template <Prologue P, bool kVec, class Store>
 __device__ __forceinline__ void stage_pass(const PrologueArgs& p, int n_stage, const float* scales,
                                            const Store& store) {
-  constexpr bool kGate = P == Prologue::HeadRmsNormSiluGate || P == Prologue::SigmoidGate;
-  constexpr bool kNorm = P == Prologue::RmsNorm || P == Prologue::HeadRmsNormSiluGate;
-  for (int f = threadIdx.x; f < n_stage / 4; f += blockDim.x) {
-    const int i = 4 * f;
-    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if constexpr (kVec) {
-      if (i < p.n_in) {  // n_in is a multiple of 4: the whole float4 is inside
-        const float4 x4 = *reinterpret_cast<const float4*>(p.x + i);
-        float4 g4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), w4 = g4;
-        float scale = 0.0f;
-        if constexpr (kGate) g4 = *reinterpret_cast<const float4*>(p.gate + i);
-        if constexpr (kNorm) {
-          const int h = P == Prologue::RmsNorm ? 0 : p.head.div(i);  // chunk % 4 == 0
-          w4 = *reinterpret_cast<const float4*>(p.norm + (i - h * p.chunk));
-          scale = scales[h];
-        }
-        v[0] = prologue_value<P>(x4.x, g4.x, w4.x, scale);
-        v[1] = prologue_value<P>(x4.y, g4.y, w4.y, scale);
-        v[2] = prologue_value<P>(x4.z, g4.z, w4.z, scale);
-        v[3] = prologue_value<P>(x4.w, g4.w, w4.w, scale);
-      }
-    } else {
+  const int n4 = n_stage / 4;
+  for (int f0 = threadIdx.x; f0 < n4; f0 += kStageBatch * blockDim.x) {
+    float4 out[kStageBatch];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int j = i + e;
-        if (j >= p.n_in) break;
-        float g = 0.0f, w = 0.0f, scale = 0.0f;
-        if constexpr (kGate) g = p.gate[j];
-        if constexpr (kNorm) {
-          const int h = P == Prologue::RmsNorm ? 0 : p.head.div(j);
-          w = p.norm[j - h * p.chunk];
-          scale = scales[h];
-        }
-        v[e] = prologue_value<P>(p.x[j], g, w, scale);
-      }
+    for (int b = 0; b < kStageBatch; ++b) {
+      out[b] = stage_value<P, kVec>(p, 4 * (f0 + b * static_cast<int>(blockDim.x)), scales);
     }
-    store(f, make_float4(v[0], v[1], v[2], v[3]));
+#pragma unroll
+    for (int b = 0; b < kStageBatch; ++b) {
+      const int f = f0 + b * static_cast<int>(blockDim.x);
+      if (f < n4) store(f, out[b]);
+    }
   }
 }
 
@@ -710,9 +685,6 @@ struct Q1Options {
   // One token: quantise inside the GEMV (one launch; kBmma2 / kBmma4 only) instead of the
   // quantise kernel + product kernel.
   bool one_launch = false;
-  // With one_launch: the stream kernel (weights into a shared-memory ring by bulk copies, small
-  // CTAs) instead of the teams kernel (weights in registers, one CTA per SM).
-  bool stream = false;
 };
 const char* q1_variant_name(Q1Variant v);
 // The variant matmul() uses for this shape (one_launch set for one token when it is the

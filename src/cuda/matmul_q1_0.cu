@@ -209,23 +209,15 @@ struct ChunkLoads {
 
 // bits / scales: the chunk's first quad of this row tile, plus the lane (bits) / its group
 // (scales); quads: how many of the chunk's kQ quads exist.
-// kShared: from the stream kernel's shared-memory ring, else streamed from global memory.
-template <int kQ, bool kShared>
+template <int kQ>
 __device__ __forceinline__ void load_quads(const uint4* bits, const uint4* scales, int quads,
                                            ChunkLoads<kQ>& t) {
-  const auto ld = [](const uint4* p) {
-    if constexpr (kShared) {
-      return *p;
-    } else {
-      return ld_stream(p);
-    }
-  };
 #pragma unroll
   for (int i = 0; i < kQ; ++i) {
     if (i < quads) {
-      t.bits[i][0] = ld(bits + i * 64);
-      t.bits[i][1] = ld(bits + i * 64 + 32);
-      t.scales[i] = ld(scales + i * 8);
+      t.bits[i][0] = ld_stream(bits + i * 64);
+      t.bits[i][1] = ld_stream(bits + i * 64 + 32);
+      t.scales[i] = ld_stream(scales + i * 8);
     }
   }
 }
@@ -295,7 +287,7 @@ template <int kQ>
 __device__ __forceinline__ void load_chunk(const Q1Args& a, const WarpView& v, int tile, int c,
                                            ChunkLoads<kQ>& t) {
   if (tile >= a.n_tiles) return;  // a padding tile of the last group: computed, never stored
-  load_quads<kQ, false>(v.bits + tile * v.tile_bits + c * kQ * 64,
+  load_quads<kQ>(v.bits + tile * v.tile_bits + c * kQ * 64,
                  v.scales + tile * v.tile_scales + c * kQ * 8, v.quads - c * kQ, t);
 }
 
@@ -597,14 +589,22 @@ __global__ void __launch_bounds__(kQuantizeBlocks * 4)
   const int nb = min(kQuantizeBlocks, n_blocks - b0);
   const float* xr = x + int64_t(tok) * ldx + int64_t(b0) * kBlock;
   const int n_valid = n_in - b0 * kBlock;  // a multiple of 128 (may be <= 0)
-  for (int f = threadIdx.x; f < nb * 32; f += blockDim.x) {
-    const int i = 4 * f;
-    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (i < n_valid) {
-      v = vec ? *reinterpret_cast<const float4*>(xr + i)
-              : make_float4(xr[i], xr[i + 1], xr[i + 2], xr[i + 3]);
+  // Every load before any store (as stage_pass, matmul.cuh, says why): 8 per thread in flight.
+  constexpr int kPerThread = kQuantizeBlocks * 32 / (kQuantizeBlocks * 4);
+  float4 v[kPerThread];
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) {
+    const int i = 4 * (threadIdx.x + k * kQuantizeBlocks * 4);
+    v[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (i < n_valid && i < nb * kBlock) {
+      v[k] = vec ? *reinterpret_cast<const float4*>(xr + i)
+                 : make_float4(xr[i], xr[i + 1], xr[i + 2], xr[i + 3]);
     }
-    stage[stage_pos(f)] = v;
+  }
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) {
+    const int f = threadIdx.x + k * kQuantizeBlocks * 4;
+    if (f < nb * 32) stage[stage_pos(f)] = v[k];
   }
   __syncthreads();  // the staged block floats are complete before any quarter reads them
   const int u = threadIdx.x;
@@ -640,14 +640,16 @@ __global__ void __launch_bounds__(kQuantizeBlocks * 4)
 // So every output equals the two-launch path on p(x) bit for bit, and p(x) equals the unfused
 // prologue kernels' output bit for bit.
 //
-// Expected prologue cost per CTA (a prediction, not yet measured): staging reads n_in floats
-// (plus gate / norm) from L2 through L1 and writes them to shared memory (~0.15 us of
-// L1/shared bandwidth for 5120, ~0.5 us for 17408); the quantisation ~11 thread-instructions
-// per element (~1.6K warp-instructions for 5120, ~6K for 17408: ~0.2 / ~0.75 us of issue on an
-// SM's four schedulers); norms add one more read of x. Roughly 0.3-0.5 us for n_in 5120/6144
-// and ~1 us for 17408, overlapped by the weight stream already in flight (one step in
-// registers plus three asked of L2: for the per-layer shapes most of the matrix), against
-// ~1.3 us for the separate quantise launch it replaces plus that kernel's own time.
+// Measured (H200, bench/gemv_lab's timeline, 2026-11-30, 5120->10240, 3 teams x 5 warps):
+// pdl_wait -> prologue done 3.3-3.6 us, against the 0.3-0.5 us predicted, then 1.3-1.5 us per
+// slot. The staging loop issued one L2 load per iteration behind a shared-memory store (so
+// three round trips per thread, each queued behind the weight loads already in flight);
+// stage_pass now issues a thread's loads together. The slot cost is not explained yet: the
+// two-launch product kernel hides it behind many co-resident CTAs, this kernel's few teams
+// pay it in sequence. A variant that streamed each CTA's weights into a shared-memory ring by
+// bulk copies, with small CTAs so that the next GEMV could start beside it (commit 1e74d5d),
+// was bit-identical but slower (9.2 us; tg128 180.7 against 205): fewer teams, the same slot
+// cost.
 
 struct Q1GemvArgs {
   const uint4* bits[kMaxFusedMatrices];    // [n_tiles][n_quads][2][32] per matrix
@@ -658,15 +660,13 @@ struct Q1GemvArgs {
   int n_quads, n_blocks, n_stage;  // n_blocks = n_quads * 4 (padded); n_stage = n_blocks * 128
   int slices, chunks, teams, n_slots;
   int off_act, off_meta, off_sums, off_red;  // bytes into the dynamic shared memory
-  // The stream kernel: `stages` slots of stage_bytes at off_ring, their barriers at off_bars.
-  int stages, stage_bytes, off_ring, off_bars;
   uint64_t* trace;  // the lab's timeline (q1_0_gemv_traced), else null
   Epilogue epilogue;
   PrologueArgs pro;
 };
 
-// The lab's timeline events: entry, pdl_wait returned, prologue done, then per slot of team 0
-// (k < 8): its weights ready (stream kernel) and processed; the last: exit.
+// The lab's timeline events: entry, pdl_wait returned, prologue done, team 0's slot k
+// processed (k < kGemvTraceEvents - 4), exit (the last).
 enum GemvTraceEvent { kTraceEntry, kTraceWaited, kTracePrologue, kTraceSlots };
 
 struct GemvStep {
@@ -674,10 +674,9 @@ struct GemvStep {
 };
 
 // One thread's view of a one-launch GEMV CTA: the prologue, the per-slot product, reduction
-// and epilogue, shared by both one-launch kernels (so they are one piece of code and give the
-// same bits). Shared memory (host: gemv_layout): staged p(x) [n_stage floats] | act
+// and epilogue. Shared memory (host: gemv_layout): staged p(x) [n_stage floats] | act
 // [n_blocks][32] | meta [n_blocks] | norm sums and scales | slice sums [2 parities][2 pair
-// matrices][warps][16] (| the stream kernel's weight ring and its barriers).
+// matrices][warps][16].
 template <int kQ>
 struct GemvCta {
   const Q1GemvArgs& a;
@@ -721,9 +720,9 @@ struct GemvCta {
     a.trace[blockIdx.x * kGemvTraceEvents + e] = t;
   }
 
-  // Team 0's k-th slot: weights ready (processed false) or processed.
-  __device__ void stamp_slot(int k, bool processed) const {
-    if (k < (kGemvTraceEvents - 1 - kTraceSlots) / 2) stamp(kTraceSlots + 2 * k + processed);
+  // Team 0's k-th slot processed.
+  __device__ void stamp_slot(int k) const {
+    if (k < kGemvTraceEvents - 1 - kTraceSlots) stamp(kTraceSlots + k);
   }
 
   // Matrix and row tile of pair matrix ms of slot s.
@@ -831,7 +830,7 @@ __global__ void __launch_bounds__(32 * max_slices(kQ))
     if (st.slot >= a.n_slots) return;
     int m;
     const int64_t q = quad_of(st, m);
-    load_quads<kQ, false>(a.bits[m] + q * 64 + c.lane, a.scales[m] + q * 8 + (c.lane >> 2),
+    load_quads<kQ>(a.bits[m] + q * 64 + c.lane, a.scales[m] + q * 8 + (c.lane >> 2),
                           c.chunk_quads(st.sub), t);
   };
   const auto prefetch = [&](const GemvStep& st) {
@@ -866,7 +865,7 @@ __global__ void __launch_bounds__(32 * max_slices(kQ))
     advance(ahead);
     prefetch(ahead);
     c.process(st, buf0);
-    if (s1.sub == 0) c.stamp_slot(done++, true);
+    if (s1.sub == 0) c.stamp_slot(done++);
     st = s1;
     if (st.slot >= a.n_slots) break;
     advance(s1);
@@ -874,76 +873,8 @@ __global__ void __launch_bounds__(32 * max_slices(kQ))
     advance(ahead);
     prefetch(ahead);
     c.process(st, buf1);
-    if (s1.sub == 0) c.stamp_slot(done++, true);
+    if (s1.sub == 0) c.stamp_slot(done++);
     st = s1;
-  }
-  c.stamp(kGemvTraceEvents - 1);
-}
-
-// The stream kernel. Each CTA owns a contiguous run of slots and streams their weights into a
-// ring of `stages` shared-memory stages (one slot each: every matrix's bits and scales of the
-// row tile, contiguous in the upload layout) with bulk copies, so that one thread starts the
-// whole ring before pdl_wait() and no register holds a weight in flight. A CTA is small
-// (`teams` teams of `slices` warps; slot i of the run goes to team i % teams, stage i % stages,
-// stages a multiple of teams) so that the next kernel's CTA fits beside it and starts its own
-// ring while this one computes. A team refills the stage it has just consumed (after its
-// barrier in process(): all its warps have read it) with the slot `stages` later.
-template <int kQ>
-__global__ void __launch_bounds__(32 * max_slices(kQ))
-    q1_stream_kernel(const __grid_constant__ Q1GemvArgs a) {
-  extern __shared__ float4 smem4[];
-  unsigned char* smem = reinterpret_cast<unsigned char*>(smem4);
-  GemvCta<kQ> c(a, smem);
-  unsigned char* ring = smem + a.off_ring;
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + a.off_bars);
-  const int first = static_cast<int>(int64_t(blockIdx.x) * a.n_slots / gridDim.x);
-  const int count = static_cast<int>(int64_t(blockIdx.x + 1) * a.n_slots / gridDim.x) - first;
-  const uint32_t quad_bytes = a.n_quads * 1024u, mat_bytes = a.n_quads * 1152u;
-  const auto fill = [&](int i) {
-    const int r = i % a.stages;
-    unsigned char* dst = ring + size_t(r) * a.stage_bytes;
-    mbar_expect_tx(&full[r], a.stage_bytes);
-    for (int ms = 0; ms < (c.pair ? 2 : 1); ++ms) {
-      int m, tile;
-      c.locate(first + i, ms, m, tile);
-      bulk_load(dst + ms * mat_bytes, a.bits[m] + int64_t(tile) * a.n_quads * 64, quad_bytes,
-                &full[r]);
-      bulk_load(dst + ms * mat_bytes + quad_bytes, a.scales[m] + int64_t(tile) * a.n_quads * 8,
-                a.n_quads * 128u, &full[r]);
-    }
-  };
-  if (threadIdx.x == 0) {
-    for (int r = 0; r < a.stages; ++r) mbar_init(&full[r], 1);
-    fence_mbar_init();
-  }
-  __syncthreads();  // the barriers are initialised before anyone waits on them
-  c.stamp(kTraceEntry);
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < min(a.stages, count); ++i) fill(i);
-  }
-  pdl_launch_dependents();  // the next kernel may start its own ring
-  pdl_wait();               // x, gate and the residual come from earlier kernels
-  c.stamp(kTraceWaited);
-  c.prologue();
-  c.stamp(kTracePrologue);
-  for (int i = c.team; i < count; i += a.teams) {
-    const int r = i % a.stages;
-    mbar_wait(&full[r], (i / a.stages) & 1);
-    c.stamp_slot(i / a.teams, false);
-    const uint4* st = reinterpret_cast<const uint4*>(ring + size_t(r) * a.stage_bytes);
-    for (int sub = 0; sub < c.n_sub; ++sub) {
-      const uint4* bits = st + (sub / a.chunks) * (mat_bytes / 16);
-      const int q = c.chunk_quad(sub);
-      ChunkLoads<kQ> t;
-      load_quads<kQ, true>(bits + q * 64 + c.lane, bits + a.n_quads * 64 + q * 8 + (c.lane >> 2),
-                           c.chunk_quads(sub), t);
-      c.process({first + i, sub}, t);
-    }
-    c.stamp_slot(i / a.teams, true);
-    if (c.slice == 0 && c.lane == 0 && i + a.stages < count) {
-      fence_proxy_async();  // the team's reads of stage r before the copy that overwrites it
-      fill(i + a.stages);
-    }
   }
   c.stamp(kGemvTraceEvents - 1);
 }
@@ -1164,60 +1095,11 @@ GemvShape teams_shape(const FusedGemv& f) {
   return g;
 }
 
-// The stream kernel's shape: one CTA per SM (each a run of slots), as many teams (up to 3) and
-// stages as let a second CTA — the next GEMV's — fit beside it; where none does, one CTA per
-// SM with as many stages as fit.
-template <int kQ>
-GemvShape stream_shape(const FusedGemv& f) {
-  const void* kernel = reinterpret_cast<const void*>(&q1_stream_kernel<kQ>);
-  const Q1GemvArgs base = gemv_args<kQ>(f);
-  const int n_sm = sm_count();
-  const unsigned grid = static_cast<unsigned>(std::min(base.n_slots, n_sm));
-  const int run = static_cast<int>(ceil_div(base.n_slots, grid));  // slots of the longest run
-  const size_t max_smem = allow_max_smem(kernel);
-  int per_sm_smem = 0, dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&per_sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-  const size_t shared_half = size_t(per_sm_smem) / 2 - 1024;  // the runtime keeps 1 KB per CTA
-  const int n_mats = base.epilogue == Epilogue::SiluMulPair ? 2 : 1;
-  const auto shape = [&](int teams, size_t budget) {
-    GemvShape g;
-    g.a = base;
-    Q1GemvArgs& a = g.a;
-    a.teams = teams;
-    a.stage_bytes = n_mats * a.n_quads * 1152;
-    const size_t fixed = (gemv_layout(a) + 127) / 128 * 128;
-    a.off_ring = static_cast<int>(fixed);
-    const size_t room = budget > fixed ? budget - fixed : 0;
-    const int most = static_cast<int>(ceil_div(run, teams)) * teams;
-    const int fit = static_cast<int>(room / (size_t(a.stage_bytes) + sizeof(uint64_t)));
-    a.stages = std::min(fit / teams * teams, most);
-    a.off_bars = static_cast<int>(fixed + size_t(std::max(a.stages, 0)) * a.stage_bytes);
-    g.smem = size_t(a.off_bars) + 8 * size_t(std::max(a.stages, 1));
-    g.threads = 32 * a.slices * teams;
-    g.grid = grid;
-    return g;
-  };
-  for (int teams = std::min(3, max_slices(kQ) / base.slices); teams >= 1; --teams) {
-    const GemvShape g = shape(teams, std::min(shared_half, max_smem));
-    if (g.a.stages >= teams && occupancy(kernel, g.threads, g.smem) >= 2) return g;
-  }
-  const GemvShape g = shape(1, max_smem);
-  if (g.a.stages < 1 || occupancy(kernel, g.threads, g.smem) < 1) {
-    fail_shape(f, "has no ring of one stage that fits", g.smem);
-  }
-  return g;
-}
-
 template <int kQ>
 unsigned launch_gemv(const FusedGemv& f, const Q1Options& o, uint64_t* trace, cudaStream_t s) {
-  GemvShape g = o.stream ? stream_shape<kQ>(f) : teams_shape<kQ>(f);
+  GemvShape g = teams_shape<kQ>(f);
   g.a.trace = trace;
-  if (o.stream) {
-    launch(&q1_stream_kernel<kQ>, dim3(g.grid), dim3(g.threads), g.smem, o.pdl, s, g.a);
-  } else {
-    launch(&q1_gemv_kernel<kQ>, dim3(g.grid), dim3(g.threads), g.smem, o.pdl, s, g.a);
-  }
+  launch(&q1_gemv_kernel<kQ>, dim3(g.grid), dim3(g.threads), g.smem, o.pdl, s, g.a);
   return g.grid;
 }
 
@@ -1240,18 +1122,14 @@ unsigned run_gemv(const FusedGemv& f, const Q1Options& o, cudaStream_t s,
 }
 
 template <int kQ>
-std::string describe_gemv(const FusedGemv& f, bool stream) {
-  const GemvShape g = stream ? stream_shape<kQ>(f) : teams_shape<kQ>(f);
+std::string describe_gemv(const FusedGemv& f) {
+  const GemvShape g = teams_shape<kQ>(f);
   cudaFuncAttributes attr{};
-  CUDA_CHECK(cudaFuncGetAttributes(
-      &attr, stream ? reinterpret_cast<const void*>(&q1_stream_kernel<kQ>)
-                    : reinterpret_cast<const void*>(&q1_gemv_kernel<kQ>)));
+  CUDA_CHECK(cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(&q1_gemv_kernel<kQ>)));
   return fmt::format(
-      "one launch{}: {} warps/tile x {} steps of {} quads, {} teams/CTA, {} CTAs x {} threads, "
-      "{} regs, {} B shared{}",
-      stream ? " (stream)" : "", g.a.slices, g.a.chunks, kQ, g.a.teams, g.grid, g.threads,
-      attr.numRegs, g.smem,
-      stream ? fmt::format(", {} stages of {} B", g.a.stages, g.a.stage_bytes) : "");
+      "one launch: {} warps/tile x {} steps of {} quads, {} teams/CTA, {} CTAs x {} threads, "
+      "{} regs, {} B shared",
+      g.a.slices, g.a.chunks, kQ, g.a.teams, g.grid, g.threads, attr.numRegs, g.smem);
 }
 
 // Bits of word t of one stored block: bit i = weight 32t+i = the block's bytes 4t..4t+3.
@@ -1387,8 +1265,7 @@ void q1_0_product(const GpuMatrix& w, const void* act, float* y, int64_t ldy, in
 std::string q1_0_describe(const GpuMatrix& w, int64_t n_tokens, const Q1Options& o) {
   if (n_tokens == 1 && o.one_launch) {
     const FusedGemv f = plain_gemv(w, nullptr, nullptr);
-    return o.variant == Q1Variant::kBmma4 ? describe_gemv<4>(f, o.stream)
-                                          : describe_gemv<2>(f, o.stream);
+    return o.variant == Q1Variant::kBmma4 ? describe_gemv<4>(f) : describe_gemv<2>(f);
   }
   return with_variant(o.variant, [&](auto l) { return l.describe(w, n_tokens); });
 }

@@ -247,10 +247,9 @@ void print_timeline(const std::vector<GpuMatrix>& copies, const float* x, float*
       }
       if (us.empty()) continue;
       std::sort(us.begin(), us.end());
-      const std::string name = e < 3 ? names[e]
-                               : e == kE - 1
-                                   ? std::string("exit")
-                                   : fmt::format("slot {} processed", e - 3);
+      const std::string name = e < 3         ? names[e]
+                               : e == kE - 1 ? std::string("exit")
+                                             : fmt::format("slot {} processed", e - 3);
       fmt::print("    {} {:<22} {:7.2f} {:7.2f} {:7.2f}  ({} CTAs)\n", k ? "B" : "A", name,
                  us.front(), us[us.size() / 2], us.back(), us.size());
     }

@@ -660,7 +660,7 @@ struct Q1GemvArgs {
   int n_quads, n_blocks, n_stage;  // n_blocks = n_quads * 4 (padded); n_stage = n_blocks * 128
   int slices, chunks, teams, n_slots;
   int off_act, off_meta, off_sums, off_red;  // bytes into the dynamic shared memory
-  uint64_t* trace;  // the lab's timeline (q1_0_gemv_traced), else null
+  uint64_t* trace;                           // the lab's timeline (q1_0_gemv_traced), else null
   Epilogue epilogue;
   PrologueArgs pro;
 };
@@ -831,7 +831,7 @@ __global__ void __launch_bounds__(32 * max_slices(kQ))
     int m;
     const int64_t q = quad_of(st, m);
     load_quads<kQ>(a.bits[m] + q * 64 + c.lane, a.scales[m] + q * 8 + (c.lane >> 2),
-                          c.chunk_quads(st.sub), t);
+                   c.chunk_quads(st.sub), t);
   };
   const auto prefetch = [&](const GemvStep& st) {
     if (c.lane != 0 || st.slot >= a.n_slots) return;
@@ -1082,8 +1082,8 @@ GemvShape teams_shape(const FusedGemv& f) {
   // As many teams as the register budget holds (named barriers 1..15), but no more than the
   // slots need to give every SM work: small matrices spread over more, smaller CTAs.
   const int n_sm = sm_count();
-  a.teams = std::max(1, std::min({max_slices(kQ) / a.slices, 15,
-                                  static_cast<int>(ceil_div(a.n_slots, n_sm))}));
+  a.teams = std::max(
+      1, std::min({max_slices(kQ) / a.slices, 15, static_cast<int>(ceil_div(a.n_slots, n_sm))}));
   g.threads = 32 * a.slices * a.teams;
   g.smem = gemv_layout(a);
   const void* kernel = reinterpret_cast<const void*>(&q1_gemv_kernel<kQ>);

@@ -224,35 +224,47 @@ void print_timeline(const std::vector<GpuMatrix>& copies, const float* x, float*
                     const Variant& v, cudaStream_t s) {
   constexpr int kE = mm::kGemvTraceEvents;
   const int n_sm = 1024;  // more CTAs than any one-launch grid
-  DeviceBuffer trace(2 * size_t(n_sm) * kE * sizeof(uint64_t));
+  DeviceBuffer trace(4 * size_t(n_sm) * kE * sizeof(uint64_t));  // A, B: ns then clocks
   CUDA_CHECK(cudaMemsetAsync(trace.get(), 0, trace.bytes(), s));
   mm::q1_0_gemv_traced(copies[0], x, y, v.o, nullptr, s);
   const unsigned grid =
       mm::q1_0_gemv_traced(copies[1 % copies.size()], x, y, v.o, trace.as<uint64_t>(), s);
-  mm::q1_0_gemv_traced(copies[2 % copies.size()], x, y, v.o, trace.as<uint64_t>() + n_sm * kE, s);
-  std::vector<uint64_t> t(2 * size_t(n_sm) * kE);
+  mm::q1_0_gemv_traced(copies[2 % copies.size()], x, y, v.o, trace.as<uint64_t>() + 2 * n_sm * kE,
+                       s);
+  std::vector<uint64_t> t(4 * size_t(n_sm) * kE);
   CUDA_CHECK(cudaMemcpyAsync(t.data(), trace.get(), trace.bytes(), cudaMemcpyDeviceToHost, s));
   CUDA_CHECK(cudaStreamSynchronize(s));
   uint64_t t0 = UINT64_MAX;
   for (unsigned c = 0; c < grid; ++c) t0 = std::min(t0, t[c * kE] ? t[c * kE] : UINT64_MAX);
-  static const char* names[] = {"entry", "waited", "prologue"};
   fmt::print("  timeline {} ({} CTAs; us from A's first entry: min / median / max over CTAs)\n",
              v.name, grid);
   for (int k = 0; k < 2; ++k) {
     for (int e = 0; e < kE; ++e) {
       std::vector<double> us;
       for (unsigned c = 0; c < grid; ++c) {
-        const uint64_t at = t[(k * n_sm + c) * kE + e];
+        const uint64_t at = t[(2 * k * n_sm + c) * kE + e];
         if (at != 0) us.push_back((double(at) - double(t0)) / 1e3);
       }
       if (us.empty()) continue;
       std::sort(us.begin(), us.end());
-      const std::string name = e < 3         ? names[e]
-                               : e == kE - 1 ? std::string("exit")
-                                             : fmt::format("slot {} processed", e - 3);
-      fmt::print("    {} {:<22} {:7.2f} {:7.2f} {:7.2f}  ({} CTAs)\n", k ? "B" : "A", name,
+      const std::string name = mm::q1_0_trace_event(e);
+      fmt::print("    {} {:<24} {:7.2f} {:7.2f} {:7.2f}  ({} CTAs)\n", k ? "B" : "A", name,
                  us.front(), us[us.size() / 2], us.back(), us.size());
     }
+  }
+  // The SM clock while A ran: its CTAs' clock64 ticks over globaltimer ns, entry to exit.
+  std::vector<double> ghz;
+  for (unsigned c = 0; c < grid; ++c) {
+    const uint64_t* ns = &t[c * kE];
+    const uint64_t* clk = &t[(grid + c) * kE];
+    if (ns[0] != 0 && ns[kE - 1] > ns[0]) {
+      ghz.push_back(double(clk[kE - 1] - clk[0]) / double(ns[kE - 1] - ns[0]));
+    }
+  }
+  if (!ghz.empty()) {
+    std::sort(ghz.begin(), ghz.end());
+    fmt::print("    A SM clock {:.2f} / {:.2f} / {:.2f} GHz\n", ghz.front(), ghz[ghz.size() / 2],
+               ghz.back());
   }
 }
 

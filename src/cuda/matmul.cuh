@@ -709,10 +709,13 @@ void q1_0_two_launch_gemv(const GpuMatrix& w, const float* x, float* y, MatmulWo
                           cudaStream_t s);
 // The lab's timeline of one one-token GEMV (o.one_launch): launches it (as matmul_q1_0) with
 // thread 0 of every CTA writing globaltimer stamps (ns) to trace[cta * kGemvTraceEvents + e]
-// (GemvTraceEvent in matmul_q1_0.cu); returns the grid size. Unwritten slots keep their value.
+// and its SM's clock64 to trace[(grid + cta) * kGemvTraceEvents + e] (GemvTraceEvent in
+// matmul_q1_0.cu); returns the grid size. Unwritten slots keep their value.
 constexpr int kGemvTraceEvents = 20;
 unsigned q1_0_gemv_traced(const GpuMatrix& w, const float* x, float* y, const Q1Options& o,
                           uint64_t* trace, cudaStream_t s);
+// What timeline event e is ("waited", "slot 1 barrier", ...).
+std::string q1_0_trace_event(int e);
 // Q1_0 on f32 activations (GpuMatrix::f32_activations): the chunked layout and kernels.
 GpuMatrix upload_q1_0_f32act(const model::Matrix& m, cudaStream_t s);
 void matmul_q1_0_f32act(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int64_t ldy,

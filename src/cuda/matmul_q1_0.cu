@@ -640,16 +640,18 @@ __global__ void __launch_bounds__(kQuantizeBlocks * 4)
 // So every output equals the two-launch path on p(x) bit for bit, and p(x) equals the unfused
 // prologue kernels' output bit for bit.
 //
-// Measured (H200, bench/gemv_lab's timeline, 2026-11-30, 5120->10240, 3 teams x 5 warps):
-// pdl_wait -> prologue done 3.3-3.6 us, against the 0.3-0.5 us predicted, then 1.3-1.5 us per
-// slot. The staging loop issued one L2 load per iteration behind a shared-memory store (so
-// three round trips per thread, each queued behind the weight loads already in flight);
-// stage_pass now issues a thread's loads together. The slot cost is not explained yet: the
-// two-launch product kernel hides it behind many co-resident CTAs, this kernel's few teams
-// pay it in sequence. A variant that streamed each CTA's weights into a shared-memory ring by
-// bulk copies, with small CTAs so that the next GEMV could start beside it (commit 1e74d5d),
-// was bit-identical but slower (9.2 us; tg128 180.7 against 205): fewer teams, the same slot
-// cost.
+// Measured (H200, bench/gemv_lab's timeline, 2026-11-30; thread 0's stamps, SM clock 1.8-1.9
+// GHz): 5120->10240 (3 teams x 5 warps) spends pdl_wait -> p(x) staged ~0.5-1 us, staged ->
+// quantised ~2.3 us (1.0 us on 5120->6144, the same work on other data), then ~1.3 us per
+// slot (sums, barrier, stored each ~0.3-0.5 us), against ~0.3-0.5 us predicted for the whole
+// prologue. Not the cause, each tested: the staging loads' order (batched: no change), the
+// weight loads in flight (issued after the prologue instead: prologue as slow, GEMV slower),
+// the exact-division fallback of quantize_codes (only near-tie codes divided: no change in the
+// prologue, tg128 205.8 -> 187.5), the b1 mma rate (470 T weights/s measured, 14x what the
+// bandwidth needs). Also slower: streaming each CTA's weights into a shared-memory ring by
+// bulk copies, small CTAs so the next GEMV starts beside it (commit 1e74d5d; 9.2 us, tg128
+// 180.7): fewer teams, the same slot cost. The two-launch product kernel hides the slot cost
+// behind many co-resident CTAs; this kernel's few teams pay it in sequence.
 
 struct Q1GemvArgs {
   const uint4* bits[kMaxFusedMatrices];    // [n_tiles][n_quads][2][32] per matrix
@@ -665,9 +667,12 @@ struct Q1GemvArgs {
   PrologueArgs pro;
 };
 
-// The lab's timeline events: entry, pdl_wait returned, prologue done, team 0's slot k
-// processed (k < kGemvTraceEvents - 4), exit (the last).
-enum GemvTraceEvent { kTraceEntry, kTraceWaited, kTracePrologue, kTraceSlots };
+// The lab's timeline events (thread 0, so team 0): entry, pdl_wait returned, p(x) staged,
+// prologue done, then for slot k < kTraceSlotCount: its sums in shared memory, the team's
+// barrier passed, its rows stored; exit (the last).
+enum GemvTraceEvent { kTraceEntry, kTraceWaited, kTraceStaged, kTracePrologue, kTraceSlots };
+enum GemvTraceSlotEvent { kTraceSums, kTraceBarrier, kTraceStored, kTraceSlotEvents };
+constexpr int kTraceSlotCount = (kGemvTraceEvents - 1 - kTraceSlots) / kTraceSlotEvents;
 
 struct GemvStep {
   int slot, sub;  // sub = matrix of the pair * chunks + chunk
@@ -692,6 +697,7 @@ struct GemvCta {
   BmmaMath math;
   float2 acc = make_float2(0.0f, 0.0f);
   int parity = 0;
+  int slots_done = 0;
 
   __device__ GemvCta(const Q1GemvArgs& args, unsigned char* smem)
       : a(args),
@@ -718,11 +724,12 @@ struct GemvCta {
     uint64_t t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     a.trace[blockIdx.x * kGemvTraceEvents + e] = t;
+    a.trace[(gridDim.x + blockIdx.x) * kGemvTraceEvents + e] = clock64();
   }
 
-  // Team 0's k-th slot processed.
-  __device__ void stamp_slot(int k) const {
-    if (k < kGemvTraceEvents - 1 - kTraceSlots) stamp(kTraceSlots + k);
+  // Event e of this thread's `slots_done`-th slot.
+  __device__ void stamp_slot(int e) const {
+    if (slots_done < kTraceSlotCount) stamp(kTraceSlots + kTraceSlotEvents * slots_done + e);
   }
 
   // Matrix and row tile of pair matrix ms of slot s.
@@ -748,6 +755,7 @@ struct GemvCta {
   __device__ void prologue() {
     prologue_scales(a.pro, sums, scales);
     prologue_stage(a.pro, a.n_stage, scales, [&](int f, float4 v) { stage[stage_pos(f)] = v; });
+    stamp(kTraceStaged);
     __syncthreads();  // p(x) is staged before any quarter reads it
     for (int u0 = warp * 32; u0 < a.n_blocks * 4; u0 += blockDim.x) {  // warp-uniform
       const int u = u0 + lane;
@@ -783,9 +791,11 @@ struct GemvCta {
       slot[8] = r.y;
     }
     if (s.sub != n_sub - 1) return;
+    stamp_slot(kTraceSums);
     // The team's slice sums of this slot are in shared memory. The other parity's buffer was
     // read before every team thread arrived here, so the next slot may overwrite it.
     bar_sync(1 + team, 32 * a.slices);
+    stamp_slot(kTraceBarrier);
     const int r16 = threadIdx.x - team * a.slices * 32;
     if (r16 < kTileRows) {
       int m, tile;
@@ -798,6 +808,8 @@ struct GemvCta {
         epilogue_store(a.epilogue, a.y[0], a.y[m], row, s0, s1);
       }
     }
+    stamp_slot(kTraceStored);
+    ++slots_done;
     parity ^= 1;
   }
 };
@@ -857,7 +869,6 @@ __global__ void __launch_bounds__(32 * max_slices(kQ))
   c.stamp(kTraceWaited);
   c.prologue();
   c.stamp(kTracePrologue);
-  int done = 0;
   while (st.slot < a.n_slots) {  // unrolled by two: both buffers stay in registers
     GemvStep s1 = st;
     advance(s1);
@@ -865,7 +876,6 @@ __global__ void __launch_bounds__(32 * max_slices(kQ))
     advance(ahead);
     prefetch(ahead);
     c.process(st, buf0);
-    if (s1.sub == 0) c.stamp_slot(done++);
     st = s1;
     if (st.slot >= a.n_slots) break;
     advance(s1);
@@ -873,7 +883,6 @@ __global__ void __launch_bounds__(32 * max_slices(kQ))
     advance(ahead);
     prefetch(ahead);
     c.process(st, buf1);
-    if (s1.sub == 0) c.stamp_slot(done++);
     st = s1;
   }
   c.stamp(kGemvTraceEvents - 1);
@@ -1292,6 +1301,15 @@ void q1_0_two_launch_gemv(const GpuMatrix& w, const float* x, float* y, MatmulWo
 unsigned q1_0_gemv_traced(const GpuMatrix& w, const float* x, float* y, const Q1Options& o,
                           uint64_t* trace, cudaStream_t s) {
   return run_gemv(plain_gemv(w, x, y), o, s, trace);
+}
+
+std::string q1_0_trace_event(int e) {
+  static const char* const kNames[] = {"entry", "waited", "staged", "prologue"};
+  static const char* const kSlotNames[] = {"sums", "barrier", "stored"};
+  if (e < kTraceSlots) return kNames[e];
+  if (e == kGemvTraceEvents - 1) return "exit";
+  const int k = (e - kTraceSlots) / kTraceSlotEvents;
+  return fmt::format("slot {} {}", k, kSlotNames[(e - kTraceSlots) % kTraceSlotEvents]);
 }
 
 void matmul_fused_q1_0(const FusedGemv& f, const Q1Options& o, cudaStream_t s) {

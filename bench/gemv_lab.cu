@@ -156,14 +156,17 @@ struct Row {
 
 // Tensor-core issue rates the Q1_0 arithmetic rests on: b1 mma m16n8k128 (.and.popc; one per
 // 16 rows x 128 weights with all 8 activation planes) and s8 mma m16n8k32 (16 rows x 32 ±1
-// weights), 8 independent accumulator chains per warp, 32 warps on every SM.
-template <bool kB1>
-__global__ void mma_rate_kernel(int iters, int* sink) {
-  int acc[8][4] = {};
+// weights), kChains independent accumulator chains per warp: 8 chains and 32 warps on every SM
+// for the rate; one warp alone for the latency (1 chain) and a warp's own issue interval
+// (8 chains), in SM clocks (cycles: thread 0's clock64 around the loop).
+template <bool kB1, int kChains>
+__global__ void mma_rate_kernel(int iters, int* sink, long long* cycles) {
+  int acc[kChains][4] = {};
   const uint32_t a0 = threadIdx.x * 0x9E3779B9u, a1 = a0 ^ 0x55555555u, b = a0 * 3u;
+  const long long t0 = clock64();
   for (int it = 0; it < iters; ++it) {
 #pragma unroll
-    for (int c = 0; c < 8; ++c) {
+    for (int c = 0; c < kChains; ++c) {
       if constexpr (kB1) {
         asm volatile(
             "mma.sync.aligned.m16n8k128.row.col.s32.b1.b1.s32.and.popc {%0,%1,%2,%3}, {%4,%5}, "
@@ -180,8 +183,9 @@ __global__ void mma_rate_kernel(int iters, int* sink) {
     }
   }
   int x = 0;
-  for (int c = 0; c < 8; ++c) x ^= acc[c][0] ^ acc[c][1] ^ acc[c][2] ^ acc[c][3];
+  for (int c = 0; c < kChains; ++c) x ^= acc[c][0] ^ acc[c][1] ^ acc[c][2] ^ acc[c][3];
   if (x == 0x2545F491) *sink = x;
+  if (cycles != nullptr && threadIdx.x == 0) *cycles = clock64() - t0;
 }
 
 void print_mma_rates(cudaStream_t s) {
@@ -192,12 +196,12 @@ void print_mma_rates(cudaStream_t s) {
   DeviceBuffer sink(sizeof(int));
   constexpr int kIters = 4096, kThreads = 256, kPerSm = 4;
   const auto rate = [&](auto kernel, const char* name, double weights_per_mma) {
-    kernel<<<sms * kPerSm, kThreads, 0, s>>>(16, sink.as<int>());
+    kernel<<<sms * kPerSm, kThreads, 0, s>>>(16, sink.as<int>(), nullptr);
     cudaEvent_t a, b;
     CUDA_CHECK(cudaEventCreate(&a));
     CUDA_CHECK(cudaEventCreate(&b));
     CUDA_CHECK(cudaEventRecord(a, s));
-    kernel<<<sms * kPerSm, kThreads, 0, s>>>(kIters, sink.as<int>());
+    kernel<<<sms * kPerSm, kThreads, 0, s>>>(kIters, sink.as<int>(), nullptr);
     CUDA_CHECK(cudaEventRecord(b, s));
     CUDA_CHECK(cudaEventSynchronize(b));
     float ms = 0;
@@ -211,9 +215,22 @@ void print_mma_rates(cudaStream_t s) {
         "(4.6 TB/s of Q1_0 is 33 T/s)\n",
         name, per_s / 1e9, per_s / sms / (khz * 1e3), khz / 1000, per_s * weights_per_mma / 1e12);
   };
+  DeviceBuffer cycles(sizeof(long long));
+  const auto one_warp = [&](auto kernel, int chains) {
+    kernel<<<1, 32, 0, s>>>(kIters, sink.as<int>(), cycles.as<long long>());
+    long long c = 0;
+    CUDA_CHECK(cudaMemcpyAsync(&c, cycles.get(), sizeof c, cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    return double(c) / (double(kIters) * chains);
+  };
   fmt::print("tensor-core rates:\n");
-  rate(mma_rate_kernel<true>, "b1 m16n8k128 and.popc", 16.0 * 128);
-  rate(mma_rate_kernel<false>, "s8 m16n8k32", 16.0 * 32);
+  rate(mma_rate_kernel<true, 8>, "b1 m16n8k128 and.popc", 16.0 * 128);
+  rate(mma_rate_kernel<false, 8>, "s8 m16n8k32", 16.0 * 32);
+  fmt::print(
+      "  one warp alone, clocks per mma: b1 {:.1f} dependent, {:.1f} with 8 chains; s8 {:.1f} "
+      "dependent, {:.1f} with 8 chains\n",
+      one_warp(mma_rate_kernel<true, 1>, 1), one_warp(mma_rate_kernel<true, 8>, 8),
+      one_warp(mma_rate_kernel<false, 1>, 1), one_warp(mma_rate_kernel<false, 8>, 8));
 }
 
 // The timeline of two back-to-back one-launch GEMVs A and B (B launched with PDL behind A,

@@ -8,6 +8,10 @@
 //   variants         Q1Variant x PDL on/off; each: product after the quantise kernel (2
 //                    launches) and the product kernel alone; bmma-q2/q4 also as the one-launch
 //                    GEMV that quantises in shared memory (what matmul() runs for one token)
+//   mma rates       b1 m16n8k128 and s8 m16n8k32 throughput (every SM full) and, for one warp
+//                    alone, the latency of a dependent mma and its issue interval, in clocks
+//   timeline        per one-launch variant, thread 0 of every CTA stamps globaltimer and
+//                    clock64 at each phase (q1_0_gemv_traced): where a launch's time goes
 //
 // Every timed input set is rotated among copies totalling > 150 MB (the L2 is 60 MB). Times
 // are per matmul: inside a CUDA graph of 20 (median of replays; what the executor will see)

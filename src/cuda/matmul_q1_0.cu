@@ -667,10 +667,19 @@ struct Q1GemvArgs {
   PrologueArgs pro;
 };
 
-// The lab's timeline events (thread 0, so team 0): entry, pdl_wait returned, p(x) staged,
-// prologue done, then for slot k < kTraceSlotCount: its sums in shared memory, the team's
-// barrier passed, its rows stored; exit (the last).
-enum GemvTraceEvent { kTraceEntry, kTraceWaited, kTraceStaged, kTracePrologue, kTraceSlots };
+// The lab's timeline events (thread 0, so team 0): entry, pdl_wait returned, its share of p(x)
+// staged, every share staged (barrier), its quarter quantised, prologue done (barrier), then
+// for slot k < kTraceSlotCount: its sums in shared memory, the team's barrier passed, its rows
+// stored; exit (the last).
+enum GemvTraceEvent {
+  kTraceEntry,
+  kTraceWaited,
+  kTraceStaged,
+  kTraceAllStaged,
+  kTraceQuantised,
+  kTracePrologue,
+  kTraceSlots
+};
 enum GemvTraceSlotEvent { kTraceSums, kTraceBarrier, kTraceStored, kTraceSlotEvents };
 constexpr int kTraceSlotCount = (kGemvTraceEvents - 1 - kTraceSlots) / kTraceSlotEvents;
 
@@ -757,6 +766,7 @@ struct GemvCta {
     prologue_stage(a.pro, a.n_stage, scales, [&](int f, float4 v) { stage[stage_pos(f)] = v; });
     stamp(kTraceStaged);
     __syncthreads();  // p(x) is staged before any quarter reads it
+    stamp(kTraceAllStaged);
     for (int u0 = warp * 32; u0 < a.n_blocks * 4; u0 += blockDim.x) {  // warp-uniform
       const int u = u0 + lane;
       uint32_t words[8];
@@ -768,6 +778,7 @@ struct GemvCta {
         if ((u & 3) == 0) meta[u >> 2] = ActMeta{d, sum};
       }
     }
+    stamp(kTraceQuantised);
     __syncthreads();  // act / meta are complete before any warp's product reads them
   }
 
@@ -1304,7 +1315,8 @@ unsigned q1_0_gemv_traced(const GpuMatrix& w, const float* x, float* y, const Q1
 }
 
 std::string q1_0_trace_event(int e) {
-  static const char* const kNames[] = {"entry", "waited", "staged", "prologue"};
+  static const char* const kNames[] = {"entry",      "waited",    "staged",
+                                       "all staged", "quantised", "prologue"};
   static const char* const kSlotNames[] = {"sums", "barrier", "stored"};
   if (e < kTraceSlots) return kNames[e];
   if (e == kGemvTraceEvents - 1) return "exit";

@@ -192,28 +192,21 @@ __global__ void mma_rate_kernel(int iters, int* sink, long long* cycles) {
   if (cycles != nullptr && threadIdx.x == 0) *cycles = clock64() - t0;
 }
 
-void print_mma_rates(cudaStream_t s) {
+void print_mma_rates(Timer& timer) {
+  const cudaStream_t s = timer.s;
   int dev = 0, sms = 0, khz = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, dev));
   DeviceBuffer sink(sizeof(int));
-  constexpr int kIters = 4096, kThreads = 256, kPerSm = 4;
+  constexpr int kIters = 1024, kThreads = 256, kPerSm = 4;
   const auto rate = [&](auto kernel, const char* name, double weights_per_mma) {
-    kernel<<<sms * kPerSm, kThreads, 0, s>>>(16, sink.as<int>(), nullptr);
-    cudaEvent_t a, b;
-    CUDA_CHECK(cudaEventCreate(&a));
-    CUDA_CHECK(cudaEventCreate(&b));
-    CUDA_CHECK(cudaEventRecord(a, s));
-    kernel<<<sms * kPerSm, kThreads, 0, s>>>(kIters, sink.as<int>(), nullptr);
-    CUDA_CHECK(cudaEventRecord(b, s));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    CUDA_CHECK(cudaEventDestroy(a));
-    CUDA_CHECK(cudaEventDestroy(b));
+    const double us = timer.plain_us([&](int) {
+      kernel<<<sms * kPerSm, kThreads, 0, s>>>(kIters, sink.as<int>(), nullptr);
+      CUDA_CHECK_LAUNCH();
+    });
     const double mmas = double(sms) * kPerSm * (kThreads / 32) * kIters * 8;
-    const double per_s = mmas / (ms * 1e-3);
+    const double per_s = mmas / (us * 1e-6);
     fmt::print(
         "  {:<22} {:8.1f} G mma/s = {:.3f} per SM per clock ({} MHz) -> {:.1f} T weights/s "
         "(4.6 TB/s of Q1_0 is 33 T/s)\n",
@@ -222,6 +215,7 @@ void print_mma_rates(cudaStream_t s) {
   DeviceBuffer cycles(sizeof(long long));
   const auto one_warp = [&](auto kernel, int chains) {
     kernel<<<1, 32, 0, s>>>(kIters, sink.as<int>(), cycles.as<long long>());
+    CUDA_CHECK_LAUNCH();
     long long c = 0;
     CUDA_CHECK(cudaMemcpyAsync(&c, cycles.get(), sizeof c, cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaStreamSynchronize(s));
@@ -244,15 +238,20 @@ void print_mma_rates(cudaStream_t s) {
 void print_timeline(const std::vector<GpuMatrix>& copies, const float* x, float* y,
                     const Variant& v, cudaStream_t s) {
   constexpr int kE = mm::kGemvTraceEvents;
-  const int n_sm = 1024;  // more CTAs than any one-launch grid
-  DeviceBuffer trace(4 * size_t(n_sm) * kE * sizeof(uint64_t));  // A, B: ns then clocks
+  constexpr unsigned kMaxGrid = 1024;                   // CTAs a trace buffer holds (checked below)
+  const size_t per_launch = 2 * size_t(kMaxGrid) * kE;  // ns, then clocks
+  DeviceBuffer trace(2 * per_launch * sizeof(uint64_t));  // A, B
   CUDA_CHECK(cudaMemsetAsync(trace.get(), 0, trace.bytes(), s));
-  mm::q1_0_gemv_traced(copies[0], x, y, v.o, nullptr, s);
-  const unsigned grid =
-      mm::q1_0_gemv_traced(copies[1 % copies.size()], x, y, v.o, trace.as<uint64_t>(), s);
-  mm::q1_0_gemv_traced(copies[2 % copies.size()], x, y, v.o, trace.as<uint64_t>() + 2 * n_sm * kE,
-                       s);
-  std::vector<uint64_t> t(4 * size_t(n_sm) * kE);
+  // The grid, from an untraced launch, before any trace is written.
+  const unsigned grid = mm::q1_0_gemv_traced(copies[0], x, y, v.o, nullptr, s);
+  if (grid > kMaxGrid) {
+    fmt::print("  timeline {}: {} CTAs exceed the trace buffer's {}, skipped\n", v.name, grid,
+               kMaxGrid);
+    return;
+  }
+  mm::q1_0_gemv_traced(copies[1 % copies.size()], x, y, v.o, trace.as<uint64_t>(), s);
+  mm::q1_0_gemv_traced(copies[2 % copies.size()], x, y, v.o, trace.as<uint64_t>() + per_launch, s);
+  std::vector<uint64_t> t(2 * per_launch);
   CUDA_CHECK(cudaMemcpyAsync(t.data(), trace.get(), trace.bytes(), cudaMemcpyDeviceToHost, s));
   CUDA_CHECK(cudaStreamSynchronize(s));
   uint64_t t0 = UINT64_MAX;
@@ -263,7 +262,7 @@ void print_timeline(const std::vector<GpuMatrix>& copies, const float* x, float*
     for (int e = 0; e < kE; ++e) {
       std::vector<double> us;
       for (unsigned c = 0; c < grid; ++c) {
-        const uint64_t at = t[(2 * k * n_sm + c) * kE + e];
+        const uint64_t at = t[k * per_launch + c * kE + e];
         if (at != 0) us.push_back((double(at) - double(t0)) / 1e3);
       }
       if (us.empty()) continue;
@@ -297,7 +296,7 @@ int run() {
   const double copy_bw = measure_copy_bandwidth(s);
   fmt::print("copy bandwidth: {:.0f} GB/s (read + write)\n", copy_bw / 1e9);
   Timer timer(s);
-  print_mma_rates(s);
+  print_mma_rates(timer);
 
   std::vector<Variant> variants;
   for (auto v : {mm::Q1Variant::kBmma2, mm::Q1Variant::kBmma2Flat, mm::Q1Variant::kBmma4,

@@ -642,16 +642,17 @@ __global__ void __launch_bounds__(kQuantizeBlocks * 4)
 //
 // Measured (H200, bench/gemv_lab's timeline, 2026-11-30; thread 0's stamps, SM clock 1.8-1.9
 // GHz): 5120->10240 (3 teams x 5 warps) spends pdl_wait -> p(x) staged ~0.5-1 us, staged ->
-// quantised ~2.3 us (1.0 us on 5120->6144, the same work on other data), then ~1.3 us per
-// slot (sums, barrier, stored each ~0.3-0.5 us), against ~0.3-0.5 us predicted for the whole
-// prologue. Not the cause, each tested: the staging loads' order (batched: no change), the
-// weight loads in flight (issued after the prologue instead: prologue as slow, GEMV slower),
-// the exact-division fallback of quantize_codes (only near-tie codes divided: no change in the
-// prologue, tg128 205.8 -> 187.5), the b1 mma rate (470 T weights/s measured, 14x what the
-// bandwidth needs). Also slower: streaming each CTA's weights into a shared-memory ring by
-// bulk copies, small CTAs so the next GEMV starts beside it (commit 1e74d5d; 9.2 us, tg128
-// 180.7): fewer teams, the same slot cost. The two-launch product kernel hides the slot cost
-// behind many co-resident CTAs; this kernel's few teams pay it in sequence.
+// quantised ~2.3 us (1.0 us on 5120->6144, the same work on other data), then ~1.3 us per slot
+// (slot 0: 1.3 us from the prologue's end to its slice sums, ~0 at the barrier, 0.5-0.8 us more
+// to its stored rows), against ~0.3-0.5 us predicted for the whole prologue. Not the cause,
+// each tested: the staging loads' order (batched: no change), the weight loads in flight
+// (issued after the prologue instead: prologue as slow, GEMV slower), the exact-division
+// fallback of quantize_codes (only near-tie codes divided: no change in the prologue, tg128
+// 205.8 -> 187.5), the b1 mma rate (470 T weights/s measured, 14x what the bandwidth needs).
+// Also slower: streaming each CTA's weights into a shared-memory ring by bulk copies, small
+// CTAs so the next GEMV starts beside it (commit 1e74d5d; 9.2 us, tg128 180.7): fewer teams,
+// the same slot cost. The two-launch product kernel hides the slot cost behind many
+// co-resident CTAs; this kernel's few teams pay it in sequence.
 
 struct Q1GemvArgs {
   const uint4* bits[kMaxFusedMatrices];    // [n_tiles][n_quads][2][32] per matrix
@@ -1043,7 +1044,8 @@ struct GemvShape {
   size_t smem = 0;
 };
 
-// The arguments both one-launch kernels share: matrices, slots, the cut, the prologue.
+// The one-launch GEMV's arguments apart from its launch shape: matrices, slots, the cut, the
+// prologue.
 template <int kQ>
 Q1GemvArgs gemv_args(const FusedGemv& f) {
   Q1GemvArgs a{};

@@ -288,6 +288,25 @@ void print_timeline(const std::vector<GpuMatrix>& copies, const float* x, float*
   }
 }
 
+// matmul_fused's one-token GEMV (the decode default) on rotated copies (weights from DRAM)
+// and on one copy (weights hot in L2): how much of its time is waiting for DRAM. Measured
+// 2026-11-30: 7.45 / 7.37 us at 5120->10240, so its time goes inside the kernel, not to DRAM.
+void print_hot(const std::vector<GpuMatrix>& copies, const float* x, float* y, double ceiling_us,
+               Timer& timer) {
+  const size_t n = copies.size();
+  const auto gemv = [&](size_t i) { matmul_fused(plain_gemv(copies[i % n], x, y), timer.s); };
+  const std::function<void(int)> modes[] = {[&](int i) { gemv(size_t(i)); },
+                                            [&](int) { gemv(0); }};
+  const char* names[] = {"rotated", "hot in L2"};
+  std::vector<double> us[2];
+  for (int round = 0; round < 4; ++round) us[round % 2].push_back(timer.graph_us(modes[round % 2]));
+  for (int m = 0; m < 2; ++m) {
+    const double t = median(us[m]);
+    fmt::print("  gemv  {:<10} graph {:8.2f} us  {:5.1f}% read\n", names[m], t,
+               100 * ceiling_us / t);
+  }
+}
+
 int run() {
   CUDA_CHECK(cudaSetDevice(0));
   cudaStream_t s;
@@ -408,6 +427,7 @@ int run() {
         }));
       }
     }
+    print_hot(copies, dx.as<float>(), dy.as<float>(), ceiling.us, timer);
     for (size_t v = 0; v < nv; ++v) {
       Row r{shape,      variants[v].name, bytes, median(g_us[v]), median(p_us[v]), median(k_us[v]),
             ceiling.us, err[v],           ok[v]};

@@ -45,17 +45,18 @@
 //     dp4a: act[block][t*8 + k] = the codes q[32t+8b+k] for b = 0..3 as int8x4.
 //   meta[block] = {d_x, sum q}.
 //
-// Quantisation (quantize_quarter, the one home of the formula, run by the quantise kernel of
-// the two-launch path and by the one-launch GEMV): a thread per quarter block (32 consecutive
-// elements), the four quarters of a block on four adjacent lanes. amax over the block (two
-// shuffles), d = amax / 127 (IEEE division), q = roundf(v / d) (0 when d = 0), sum q. The codes
-// come from v * (1/d) with a tie guard instead of 32 IEEE divisions: when the product is more
-// than 2^-14 from a half-integer it rounds like the exact quotient (proof at quantize_codes),
-// otherwise the thread redoes its quarter with the division. Its 32 codes, as 8 int8x4 words,
-// become the 8 plane words by four 8x8 bit transposes and 16 byte permutes (~100 instructions
-// per quarter; 32 ballots plus selects per block were ~3x that). The floats come from shared
-// memory in a swizzled layout (stage_pos) so that both the coalesced staging stores and the
-// per-quarter reads are free of bank conflicts.
+// Quantisation (quantize_eighth, the one home of the formula, run by the quantise kernel of
+// the two-launch path and by the one-launch GEMV): a thread per eighth of a block (8
+// consecutive elements), the sixteen eighths of a block on sixteen aligned lanes. amax over the
+// block (four shuffles), d = amax / 127 (IEEE division), q = roundf(v / d) (0 when d = 0), sum
+// q. The codes come from v * (1/d) with a tie guard instead of IEEE divisions: when the product
+// is more than 2^-14 from a half-integer it rounds like the exact quotient (proof at
+// quantize_codes), otherwise the thread redoes its eight with the division. Its 8 codes become
+// 8 plane bytes by one 8x8 bit transpose, and the four lanes of a quarter swap bytes (two
+// shuffle steps) into the plane words. A thread per quarter (32 elements, ~500 instructions in
+// one dependent chain) kept 5 of 15 warps busy and took 1-2.3 us per GEMV on the H200; an
+// eighth is ~4x shorter and fills every warp. The floats come from shared memory in a swizzled
+// layout (stage_pos) so that the coalesced staging stores are free of bank conflicts.
 //
 // Work split: a warp owns one row tile x a slice of kQ quads (kQ 16-byte loads of bits + kQ of
 // scales in flight); the `slices` warps of a row tile add their sums through shared memory in
@@ -98,7 +99,7 @@ constexpr int max_slices(int kQ) {
   return kQ == 2 ? 18 : 12;
 }
 constexpr int kBatchTokensQ1 = 16;   // tokens per CTA of the batched kernel (weights reused)
-constexpr int kQuantizeBlocks = 64;  // blocks per CTA of the quantise kernel (4 threads each)
+constexpr int kQuantizeBlocks = 16;  // blocks per CTA of the quantise kernel (16 threads each)
 constexpr int kL2Ahead = 3;          // steps of weights the one-launch GEMV asks L2 for ahead
 
 struct alignas(8) ActMeta {
@@ -427,7 +428,8 @@ __global__ void __launch_bounds__(32 * max_slices(kQ)) q1_kernel(Q1Args a) {
 // Where float4 f of a staged activation vector sits in shared memory: 128-byte rows of 8
 // float4 (one quarter block each), the column XORed with the row (mod 8). Eight consecutive
 // staging threads store one row (a permutation of its 8 slots: no bank conflict), and eight
-// consecutive quarter threads reading their column k hit 8 different 16-byte slots (none).
+// consecutive eighth threads reading float4 2u (or 2u + 1) hit rows r, r + 1 at columns
+// {0, 2, 4, 6} ^ r and ^ (r + 1): 8 different 16-byte slots (none).
 __device__ __forceinline__ int stage_pos(int f) {
   return (f & ~7) | ((f ^ (f >> 3)) & 7);
 }
@@ -437,10 +439,10 @@ __device__ __forceinline__ uint32_t pack_low_bytes(uint32_t a, uint32_t b, uint3
   return __byte_perm(__byte_perm(a, b, 0x0040), __byte_perm(c, d, 0x0040), 0x5410);
 }
 
-// The codes of a quarter block (32 elements; d = amax / 127 of its block) as 8 int8x4 words:
-// byte e of w[k] = q[4k+e] = roundf(v[4k+e] / d) (0 when d = 0), as the CPU quantiser.
+// The codes of an eighth of a block (8 elements; d = amax / 127 of its block) as 2 int8x4
+// words: byte e of w[k] = q[4k+e] = roundf(v[4k+e] / d) (0 when d = 0), as the CPU quantiser.
 //
-// Without 32 IEEE divisions (~10 instructions each): r = 1/d correctly rounded, t = v·r, and
+// Without 8 IEEE divisions (~10 instructions each): r = 1/d correctly rounded, t = v·r, and
 // rint(t) through the 1.5·2^23 trick (whose low mantissa byte is the two's complement code).
 // Why that equals roundf(v/d) unless t is within 2^-14 of a half-integer: for d in
 // [FLT_MIN, 2^125] (r normal), |v| <= amax and d = fl(amax/127) give |v/d| <= 127.0001, so
@@ -448,16 +450,16 @@ __device__ __forceinline__ uint32_t pack_low_bytes(uint32_t a, uint32_t b, uint3
 // below 128): t and fl(v/d) differ by < 2^-15. If t is more than 2^-14 from every half-integer,
 // fl(v/d) lies strictly on the same side of the same half-integers, so roundf(fl(v/d)) is the
 // integer nearest t, with no tie. Otherwise (or for d outside that range, 0, inf or NaN) the
-// thread redoes its quarter exactly; for random data that is ~0.5% of quarters. Checked on the
-// host against roundf(v/d) for 2.4e7 values (many of them exact half-integer quotients) and by
-// gdn ops' q1_quantize check against quant::quantize_activations_q8_128 on the GPU.
-__device__ __forceinline__ void quantize_codes(const float (&v)[32], float d, uint32_t (&w)[8]) {
+// thread redoes its eight exactly. Checked on the host against roundf(v/d) for 2.4e7 values
+// (many of them exact half-integer quotients) and by gdn ops' q1_quantize check against
+// quant::quantize_activations_q8_128 on the GPU.
+__device__ __forceinline__ void quantize_codes(const float (&v)[8], float d, uint32_t (&w)[2]) {
   constexpr float kMagic = 12582912.0f;         // 1.5 * 2^23
   constexpr float kTieGuard = 0.5f - 0x1p-14f;  // |t - rint(t)| below this: not near a tie
   const float r = __frcp_rn(d);
   bool exact = !(d >= FLT_MIN && d <= 0x1p125f);
 #pragma unroll
-  for (int k = 0; k < 8; ++k) {
+  for (int k = 0; k < 2; ++k) {
     uint32_t m[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
@@ -470,7 +472,7 @@ __device__ __forceinline__ void quantize_codes(const float (&v)[32], float d, ui
   }
   if (exact) {
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
+    for (int k = 0; k < 2; ++k) {
       uint32_t q[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -497,90 +499,65 @@ __device__ __forceinline__ void transpose8x8(uint32_t& lo, uint32_t& hi) {
   hi ^= t >> 4;
 }
 
-// The 8 bit planes of 32 codes (w: 8 int8x4 words, code i = byte i%4 of w[i/4]): bit i of p[g]
-// = bit g of code i. Four 8x8 transposes (codes 8m..8m+7 each), then a 4x4 byte transpose of
-// their low and of their high halves.
-__device__ __forceinline__ void bit_planes(const uint32_t (&w)[8], uint32_t (&p)[8]) {
-  uint32_t lo[4], hi[4];
-#pragma unroll
-  for (int m = 0; m < 4; ++m) {
-    lo[m] = w[2 * m];
-    hi[m] = w[2 * m + 1];
-    transpose8x8(lo[m], hi[m]);  // byte c = plane c of codes 8m..8m+7
-  }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const uint32_t* x = h == 0 ? lo : hi;
-    const uint32_t a = __byte_perm(x[0], x[1], 0x5140), b = __byte_perm(x[0], x[1], 0x7362);
-    const uint32_t c = __byte_perm(x[2], x[3], 0x5140), d = __byte_perm(x[2], x[3], 0x7362);
-    p[4 * h + 0] = __byte_perm(a, c, 0x5410);
-    p[4 * h + 1] = __byte_perm(a, c, 0x7632);
-    p[4 * h + 2] = __byte_perm(b, d, 0x5410);
-    p[4 * h + 3] = __byte_perm(b, d, 0x7632);
-  }
+// The 4x4 byte matrix held by lanes j = lane % 4 of each group of four (lane j: word x, byte c)
+// transposed: lane j returns the word whose byte m is byte j of lane m's x. Two butterfly steps
+// (partner lane ^ 1, then ^ 2), one shuffle and one byte permute each; all 32 lanes must call.
+__device__ __forceinline__ uint32_t transpose_bytes4(uint32_t x, int lane) {
+  const uint32_t y = __shfl_xor_sync(kFullMask, x, 1);
+  // lane j even: (x0, y0, x2, y2); odd: (y1, x1, y3, x3) -> lanes 2i, 2i+1 hold columns 0,2 / 1,3
+  const uint32_t z = __byte_perm(x, y, (lane & 1) ? 0x3715 : 0x6240);
+  const uint32_t w = __shfl_xor_sync(kFullMask, z, 2);
+  return __byte_perm(z, w, (lane & 2) ? 0x3276 : 0x5410);
 }
 
-// The dp4a variant's words: byte b of o[k] = code 8b + k.
-__device__ __forceinline__ void dp4a_words(const uint32_t (&w)[8], uint32_t (&o)[8]) {
-#pragma unroll
-  for (int k = 0; k < 8; ++k) {
-    const int e = k % 4, j = k / 4;
-    const uint32_t sel = static_cast<uint32_t>(e | (4 + e) << 4);
-    o[k] =
-        __byte_perm(__byte_perm(w[j], w[2 + j], sel), __byte_perm(w[4 + j], w[6 + j], sel), 0x5410);
-  }
-}
-
-// Quantises quarter u of a staged vector (stage: float4s at stage_pos; quarter u = float4s
-// 8u..8u+7 = elements 32u..32u+31). The four quarters of a block must sit on four adjacent
-// lanes (u % 4 = lane % 4) and all 32 lanes must call it (shuffles). Out: the quarter's 8
-// activation words for act[block][t*8 ...], and the block's d and sum (on every lane of the 4).
+// Quantises eighth u of a staged vector: elements 8u..8u+7 (float4s 2u, 2u+1 at stage_pos) are
+// element 32t + 8j.. of block u / 16, with quarter t = (u / 4) % 4 and j = u % 4. The sixteen
+// eighths of a block must sit on sixteen aligned lanes (u % 16 = lane % 16) and all 32 lanes
+// must call it (shuffles). Out: this lane's two activation words for act[block][t*8 + j] and
+// act[block][t*8 + 4 + j], and the block's d and sum (on all sixteen lanes).
+//   kPlanes (bmma): word g of quarter t is bit plane g of its 32 codes (bit i = bit g of code
+//     32t + i): each lane's 8 codes become 8 plane bytes by an 8x8 bit transpose, and the four
+//     lanes of a quarter swap bytes so that lane j holds planes j and 4 + j.
+//   else (dp4a): word k of quarter t holds the codes 32t + 8b + k for b = 0..3: the four lanes
+//     swap bytes of their code words directly.
 template <bool kPlanes>
-__device__ __forceinline__ void quantize_quarter(const float4* stage, int u, uint32_t (&out)[8],
-                                                 float& d, int& sum) {
-  float v[32];
-#pragma unroll
-  for (int k = 0; k < 8; ++k) {
-    const float4 f = stage[8 * u + (k ^ (u & 7))];  // = stage_pos(8u + k)
-    v[4 * k] = f.x;
-    v[4 * k + 1] = f.y;
-    v[4 * k + 2] = f.z;
-    v[4 * k + 3] = f.w;
-  }
+__device__ __forceinline__ void quantize_eighth(const float4* stage, int u, int lane,
+                                                uint32_t (&out)[2], float& d, int& sum) {
+  const float4 f0 = stage[stage_pos(2 * u)], f1 = stage[stage_pos(2 * u + 1)];
+  const float v[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
   float amax = 0.0f;
 #pragma unroll
-  for (int e = 0; e < 32; ++e) amax = fmaxf(amax, fabsf(v[e]));
-  amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, 1));  // fmaxf: exact, any order
-  amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, 2));
-  d = amax / 127.0f;
-  uint32_t w[8];
-  quantize_codes(v, d, w);
-  int s = 0;
+  for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(v[e]));
 #pragma unroll
-  for (int k = 0; k < 8; ++k) s = __dp4a(static_cast<int>(w[k]), 0x01010101, s);
-  s += __shfl_xor_sync(kFullMask, s, 1);
-  s += __shfl_xor_sync(kFullMask, s, 2);
+  for (int o = 1; o < 16; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, o));
+  d = amax / 127.0f;  // fmaxf is exact in any order: every lane of the block has the same d
+  uint32_t w[2];
+  quantize_codes(v, d, w);
+  int s = __dp4a(static_cast<int>(w[1]), 0x01010101, __dp4a(static_cast<int>(w[0]), 0x01010101, 0));
+#pragma unroll
+  for (int o = 1; o < 16; o <<= 1) s += __shfl_xor_sync(kFullMask, s, o);  // integers: exact
   sum = s;
-  if constexpr (kPlanes) {
-    bit_planes(w, out);
-  } else {
-    dp4a_words(w, out);
-  }
+  if constexpr (kPlanes) transpose8x8(w[0], w[1]);  // byte c of w[c / 4]: plane c
+  out[0] = transpose_bytes4(w[0], lane);
+  out[1] = transpose_bytes4(w[1], lane);
 }
 
-// Stores a quarter's words (32 bytes) at act[block][t*8] (16-byte aligned).
-__device__ __forceinline__ void store_quarter(uint32_t* act_block, int t, const uint32_t (&w)[8]) {
-  uint4* dst = reinterpret_cast<uint4*>(act_block + t * 8);
-  dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
-  dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
+// Stores eighth u's words and, from the block's first lane, its meta (act, meta: the vector's
+// first block).
+__device__ __forceinline__ void store_eighth(uint32_t* act, ActMeta* meta, int u,
+                                             const uint32_t (&w)[2], float d, int sum) {
+  uint32_t* dst = act + (u >> 4) * 32 + ((u >> 2) & 3) * 8 + (u & 3);
+  dst[0] = w[0];
+  dst[4] = w[1];
+  if ((u & 15) == 0) meta[u >> 4] = ActMeta{d, sum};
 }
 
-// The two-launch path's quantise kernel. grid (ceil(n_blocks / 64), tokens), 256 threads: the
-// CTA stages 64 blocks of one token in shared memory (coalesced 16-byte loads when `vec`: the
-// row is 16-byte aligned), then each thread quantises one quarter. Blocks past n_in (quad
+// The two-launch path's quantise kernel. grid (ceil(n_blocks / 16), tokens), 256 threads: the
+// CTA stages 16 blocks of one token in shared memory (coalesced 16-byte loads when `vec`: the
+// row is 16-byte aligned), then each thread quantises one eighth. Blocks past n_in (quad
 // padding) are staged as zeros: d = 0, codes 0, sum 0.
 template <bool kPlanes>
-__global__ void __launch_bounds__(kQuantizeBlocks * 4)
+__global__ void __launch_bounds__(kQuantizeBlocks * 16)
     q1_quantize_kernel(const float* x, int64_t ldx, int n_in, int n_blocks, int vec, uint32_t* act,
                        ActMeta* meta) {
   pdl_launch_dependents();  // the GEMV may start loading weights now
@@ -589,12 +566,12 @@ __global__ void __launch_bounds__(kQuantizeBlocks * 4)
   const int nb = min(kQuantizeBlocks, n_blocks - b0);
   const float* xr = x + int64_t(tok) * ldx + int64_t(b0) * kBlock;
   const int n_valid = n_in - b0 * kBlock;  // a multiple of 128 (may be <= 0)
-  // Every load before any store (as stage_pass, matmul.cuh, says why): 8 per thread in flight.
-  constexpr int kPerThread = kQuantizeBlocks * 32 / (kQuantizeBlocks * 4);
+  // Every load before any store (as stage_pass, matmul.cuh, says why).
+  constexpr int kThreads = kQuantizeBlocks * 16, kPerThread = kQuantizeBlocks * 32 / kThreads;
   float4 v[kPerThread];
 #pragma unroll
   for (int k = 0; k < kPerThread; ++k) {
-    const int i = 4 * (threadIdx.x + k * kQuantizeBlocks * 4);
+    const int i = 4 * (threadIdx.x + k * kThreads);
     v[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (i < n_valid && i < nb * kBlock) {
       v[k] = vec ? *reinterpret_cast<const float4*>(xr + i)
@@ -603,20 +580,17 @@ __global__ void __launch_bounds__(kQuantizeBlocks * 4)
   }
 #pragma unroll
   for (int k = 0; k < kPerThread; ++k) {
-    const int f = threadIdx.x + k * kQuantizeBlocks * 4;
+    const int f = threadIdx.x + k * kThreads;
     if (f < nb * 32) stage[stage_pos(f)] = v[k];
   }
-  __syncthreads();  // the staged block floats are complete before any quarter reads them
+  __syncthreads();  // the staged block floats are complete before any eighth reads them
   const int u = threadIdx.x;
-  uint32_t words[8];
+  uint32_t words[2];
   float d;
   int sum;
-  quantize_quarter<kPlanes>(stage, min(u, nb * 4 - 1), words, d, sum);  // whole groups of 4
-  if (u < nb * 4) {
-    const int64_t tb = int64_t(tok) * n_blocks + b0 + u / 4;
-    store_quarter(act + tb * 32, u & 3, words);
-    if ((u & 3) == 0) meta[tb] = ActMeta{d, sum};
-  }
+  quantize_eighth<kPlanes>(stage, min(u, nb * 16 - 1), u & 31, words, d, sum);  // whole warps
+  const int64_t tb = int64_t(tok) * n_blocks + b0;
+  if (u < nb * 16) store_eighth(act + tb * 32, meta + tb, u, words, d, sum);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -628,8 +602,8 @@ __global__ void __launch_bounds__(kQuantizeBlocks * 4)
 //   1. issues its warps' first step of weight loads into registers and asks L2 for the next
 //      kL2Ahead steps (weights never depend on the previous kernel), then pdl_wait();
 //   2. the prologue: the norm's scales, p(x) staged in shared memory (matmul.cuh's
-//      prologue_scales / prologue_stage, shared with the chunked formats), then every quarter
-//      block quantised by quantize_quarter into act / meta in shared memory — the same device
+//      prologue_scales / prologue_stage, shared with the chunked formats), then every eighth of
+//      a block quantised by quantize_eighth into act / meta in shared memory — the same device
 //      code, on the same floats, as the two-launch path's quantise kernel;
 //   3. the product: CTAs hold `teams` teams of `slices` warps; each team strides over slots
 //      (a row tile of one matrix; for SiluMulPair a row tile of both, gate then up) through
@@ -669,7 +643,7 @@ struct Q1GemvArgs {
 };
 
 // The lab's timeline events (thread 0, so team 0): entry, pdl_wait returned, its share of p(x)
-// staged, every share staged (barrier), its quarter quantised, prologue done (barrier), then
+// staged, every share staged (barrier), its warp's eighths quantised, prologue done (barrier), then
 // for slot k < kTraceSlotCount: its sums in shared memory, the team's barrier passed, its rows
 // stored; exit (the last).
 enum GemvTraceEvent {
@@ -684,8 +658,14 @@ enum GemvTraceEvent {
 enum GemvTraceSlotEvent { kTraceSums, kTraceBarrier, kTraceStored, kTraceSlotEvents };
 constexpr int kTraceSlotCount = (kGemvTraceEvents - 1 - kTraceSlots) / kTraceSlotEvents;
 
+// A team's place in its walk over steps (slot, pair matrix ms, chunk c), with the matrix m and
+// row tile of (slot, ms). GemvCta::advance moves it by counting, without a division: the walk's
+// bookkeeping runs on every warp of every step, and with 15 warps per SM sharing 4 schedulers,
+// every instruction of it is paid (H200 timeline: ~1.3 us per slot when the step computed
+// sub / chunks, sub % chunks and the slot's matrix afresh at each use).
 struct GemvStep {
-  int slot, sub;  // sub = matrix of the pair * chunks + chunk
+  int slot, ms, c;
+  int m, tile;
 };
 
 // One thread's view of a one-launch GEMV CTA: the prologue, the per-slot product, reduction
@@ -703,7 +683,7 @@ struct GemvCta {
   float* red;
   int lane, warp, n_warps, team, slice;
   bool pair;
-  int n_sub, q_begin, quads;  // quads: of this warp's slice
+  int q_begin, quads;  // quads: of this warp's slice
   BmmaMath math;
   float2 acc = make_float2(0.0f, 0.0f);
   int parity = 0;
@@ -723,7 +703,6 @@ struct GemvCta {
         team(warp / args.slices),
         slice(warp % args.slices),
         pair(args.epilogue == Epilogue::SiluMulPair),
-        n_sub((pair ? 2 : 1) * args.chunks),
         q_begin(slice * args.chunks * kQ),
         quads(max(0, min(args.chunks * kQ, args.n_quads - q_begin))),
         math(lane) {}
@@ -742,42 +721,57 @@ struct GemvCta {
     if (slots_done < kTraceSlotCount) stamp(kTraceSlots + kTraceSlotEvents * slots_done + e);
   }
 
-  // Matrix and row tile of pair matrix ms of slot s.
-  __device__ void locate(int s, int ms, int& m, int& tile) const {
-    if (pair) {
-      m = ms;
-      tile = s;
+  // The first step of this team: its first slot, matrix and tile.
+  __device__ GemvStep first_step() const {
+    GemvStep st{static_cast<int>(blockIdx.x) * a.teams + team, 0, 0, 0, 0};
+    locate(st);
+    return st;
+  }
+  // The step after st (st.slot >= a.n_slots: past the end).
+  __device__ void advance(GemvStep& st) const {
+    if (++st.c < a.chunks) return;
+    st.c = 0;
+    if (pair && st.ms == 0) {
+      st.ms = st.m = 1;
       return;
     }
-    m = 0;
-    while (s >= a.slot_end[m]) ++m;
-    tile = s - (m > 0 ? a.slot_end[m - 1] : 0);
+    st.ms = 0;
+    st.slot += gridDim.x * a.teams;
+    locate(st);
   }
-  // This warp's chunk of step `sub`: its first quad within the row tile, and how many of its
-  // kQ quads exist (may be <= 0).
-  __device__ int chunk_quad(int sub) const { return q_begin + (sub % a.chunks) * kQ; }
-  __device__ int chunk_quads(int sub) const { return quads - (sub % a.chunks) * kQ; }
+  // st.m and st.tile of st.slot (slots only grow along a walk: m never goes back).
+  __device__ void locate(GemvStep& st) const {
+    if (pair) {
+      st.m = st.ms;
+      st.tile = st.slot;
+      return;
+    }
+    while (st.m + 1 < kMaxFusedMatrices && st.slot >= a.slot_end[st.m]) ++st.m;
+    st.tile = st.slot - (st.m > 0 ? a.slot_end[st.m - 1] : 0);
+  }
+  // This warp's chunk of step st: its first quad within the row tile, and how many of its kQ
+  // quads exist (may be <= 0).
+  __device__ int chunk_quad(const GemvStep& st) const { return q_begin + st.c * kQ; }
+  __device__ int chunk_quads(const GemvStep& st) const { return quads - st.c * kQ; }
 
   // p(x) staged in shared memory (matmul.cuh's prologue_scales / prologue_stage, shared with
-  // the chunked formats), then every quarter block quantised by quantize_quarter into act /
+  // the chunked formats), then every eighth of a block quantised by quantize_eighth into act /
   // meta — the same device code, on the same floats, as the two-launch quantise kernel. Every
   // thread of the CTA calls it (barriers).
   __device__ void prologue() {
     prologue_scales(a.pro, sums, scales);
     prologue_stage(a.pro, a.n_stage, scales, [&](int f, float4 v) { stage[stage_pos(f)] = v; });
     stamp(kTraceStaged);
-    __syncthreads();  // p(x) is staged before any quarter reads it
+    __syncthreads();  // p(x) is staged before any eighth reads it
     stamp(kTraceAllStaged);
-    for (int u0 = warp * 32; u0 < a.n_blocks * 4; u0 += blockDim.x) {  // warp-uniform
+    const int n_eighths = a.n_blocks * 16;
+    for (int u0 = warp * 32; u0 < n_eighths; u0 += blockDim.x) {  // warp-uniform
       const int u = u0 + lane;
-      uint32_t words[8];
+      uint32_t words[2];
       float d;
       int sum;
-      quantize_quarter<true>(stage, min(u, a.n_blocks * 4 - 1), words, d, sum);  // whole groups
-      if (u < a.n_blocks * 4) {
-        store_quarter(act + (u >> 2) * 32, u & 3, words);
-        if ((u & 3) == 0) meta[u >> 2] = ActMeta{d, sum};
-      }
+      quantize_eighth<true>(stage, min(u, n_eighths - 1), lane, words, d, sum);  // whole warps
+      if (u < n_eighths) store_eighth(act, meta, u, words, d, sum);
     }
     stamp(kTraceQuantised);
     __syncthreads();  // act / meta are complete before any warp's product reads them
@@ -788,21 +782,21 @@ struct GemvCta {
   // (teams do not wait for each other; slice sums double-buffered: one barrier per slot) and
   // the epilogue (matmul.cuh's epilogue_store) on the slot's 16 rows.
   __device__ void process(const GemvStep& s, const ChunkLoads<kQ>& t) {
-    const int ms = s.sub / a.chunks, c = s.sub % a.chunks;
-    const float2 p = dot_chunk<BmmaMath, kQ, true>(
-        math, act + (q_begin + c * kQ) * kQuadBlocks * 32 + BmmaMath::lane_offset(lane),
-        meta + (q_begin + c * kQ) * kQuadBlocks, t, quads - c * kQ, lane);
+    const int q0 = chunk_quad(s);
+    const float2 p =
+        dot_chunk<BmmaMath, kQ, true>(math, act + q0 * kQuadBlocks * 32 + BmmaMath::lane_offset(lane),
+                                      meta + q0 * kQuadBlocks, t, chunk_quads(s), lane);
     acc.x += p.x;
     acc.y += p.y;
-    if (c != a.chunks - 1) return;
+    if (s.c != a.chunks - 1) return;
     const float2 r = sum_quad_lanes(acc);
     acc = make_float2(0.0f, 0.0f);
     if ((lane & 3) == 0) {
-      float* slot = red + ((parity * 2 + ms) * n_warps + warp) * kTileRows + (lane >> 2);
+      float* slot = red + ((parity * 2 + s.ms) * n_warps + warp) * kTileRows + (lane >> 2);
       slot[0] = r.x;
       slot[8] = r.y;
     }
-    if (s.sub != n_sub - 1) return;
+    if (pair && s.ms == 0) return;
     stamp_slot(kTraceSums);
     // The team's slice sums of this slot are in shared memory. The other parity's buffer was
     // read before every team thread arrived here, so the next slot may overwrite it.
@@ -810,9 +804,8 @@ struct GemvCta {
     stamp_slot(kTraceBarrier);
     const int r16 = threadIdx.x - team * a.slices * 32;
     if (r16 < kTileRows) {
-      int m, tile;
-      locate(s.slot, 0, m, tile);
-      const int64_t row = int64_t(tile) * kTileRows + r16;
+      const int m = pair ? 0 : s.m;
+      const int64_t row = int64_t(s.tile) * kTileRows + r16;
       if (row < a.n_out[m]) {
         const float* base = red + (parity * 2 * n_warps + team * a.slices) * kTileRows + r16;
         const float s0 = sum_slices(base, a.slices, kTileRows);
@@ -837,42 +830,31 @@ __global__ void __launch_bounds__(32 * max_slices(kQ))
     q1_gemv_kernel(const __grid_constant__ Q1GemvArgs a) {
   extern __shared__ float4 smem4[];
   GemvCta<kQ> c(a, reinterpret_cast<unsigned char*>(smem4));
-  const int team_stride = gridDim.x * a.teams;
-  const auto advance = [&](GemvStep& st) {
-    if (++st.sub == c.n_sub) {
-      st.sub = 0;
-      st.slot += team_stride;
-    }
-  };
   // The first quad of this warp's chunk of a step, in quads from its matrix's base.
-  const auto quad_of = [&](const GemvStep& st, int& m) {
-    int tile;
-    c.locate(st.slot, st.sub / a.chunks, m, tile);
-    return int64_t(tile) * a.n_quads + c.chunk_quad(st.sub);
+  const auto quad_of = [&](const GemvStep& st) {
+    return int64_t(st.tile) * a.n_quads + c.chunk_quad(st);
   };
   const auto load = [&](const GemvStep& st, ChunkLoads<kQ>& t) {
     if (st.slot >= a.n_slots) return;
-    int m;
-    const int64_t q = quad_of(st, m);
-    load_quads<kQ>(a.bits[m] + q * 64 + c.lane, a.scales[m] + q * 8 + (c.lane >> 2),
-                   c.chunk_quads(st.sub), t);
+    const int64_t q = quad_of(st);
+    load_quads<kQ>(a.bits[st.m] + q * 64 + c.lane, a.scales[st.m] + q * 8 + (c.lane >> 2),
+                   c.chunk_quads(st), t);
   };
   const auto prefetch = [&](const GemvStep& st) {
     if (c.lane != 0 || st.slot >= a.n_slots) return;
-    const int nq = min(kQ, c.chunk_quads(st.sub));
+    const int nq = min(kQ, c.chunk_quads(st));
     if (nq <= 0) return;
-    int m;
-    const int64_t q = quad_of(st, m);
-    prefetch_l2(a.bits[m] + q * 64, static_cast<uint32_t>(nq) * 1024u);
-    prefetch_l2(a.scales[m] + q * 8, static_cast<uint32_t>(nq) * 128u);
+    const int64_t q = quad_of(st);
+    prefetch_l2(a.bits[st.m] + q * 64, static_cast<uint32_t>(nq) * 1024u);
+    prefetch_l2(a.scales[st.m] + q * 8, static_cast<uint32_t>(nq) * 128u);
   };
 
   ChunkLoads<kQ> buf0, buf1;
-  GemvStep st{static_cast<int>(blockIdx.x) * a.teams + c.team, 0};
+  GemvStep st = c.first_step();
   load(st, buf0);
   GemvStep ahead = st;
   for (int i = 0; i < kL2Ahead; ++i) {
-    advance(ahead);
+    c.advance(ahead);
     prefetch(ahead);
   }
   c.stamp(kTraceEntry);
@@ -883,16 +865,16 @@ __global__ void __launch_bounds__(32 * max_slices(kQ))
   c.stamp(kTracePrologue);
   while (st.slot < a.n_slots) {  // unrolled by two: both buffers stay in registers
     GemvStep s1 = st;
-    advance(s1);
+    c.advance(s1);
     load(s1, buf1);
-    advance(ahead);
+    c.advance(ahead);
     prefetch(ahead);
     c.process(st, buf0);
     st = s1;
     if (st.slot >= a.n_slots) break;
-    advance(s1);
+    c.advance(s1);
     load(s1, buf0);
-    advance(ahead);
+    c.advance(ahead);
     prefetch(ahead);
     c.process(st, buf1);
     st = s1;
@@ -1267,7 +1249,7 @@ void q1_0_quantize(const GpuMatrix& w, const float* x, int64_t ldx, int64_t n_to
                   static_cast<unsigned>(n_tokens));
   const int n_in = static_cast<int>(w.n_in), n_blocks = static_cast<int>(geo.n_blocks_padded);
   const int vec = aligned16(x) && ldx % 4 == 0;
-  const dim3 block(kQuantizeBlocks * 4);
+  const dim3 block(kQuantizeBlocks * 16);
   if (uses_planes(v)) {
     q1_quantize_kernel<true><<<grid, block, 0, s>>>(x, ldx, n_in, n_blocks, vec, words, meta);
   } else {

@@ -2,7 +2,8 @@
 # One call on the GPU machine: runs the binaries built here (scripts/build_portable.sh, carried
 # as build-cuda/) — op checks, backend tests, the GEMV lab, the benchmark — with full logs in
 # $OUT and a short summary last. Steps are chosen by name: scripts/device.sh ops tests lab bench
-# (also: opsperf, ladder, benchladder, nulls, benchnographs, compare, comparef32)
+# (also: ncu [the one-launch GEMV's stall reasons per SASS line], opsperf, ladder, benchladder,
+# nulls, benchnographs, compare, comparef32)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/gdn-device}
@@ -43,6 +44,16 @@ for s in "${steps[@]}"; do
     nulls) run_step nulls "$bin/src/app/gdn" bench -p 0 -n 64 -r 2 --rounds 2 \
       --null-dispatches 0,250,500,1000 ;;
     lab) run_step lab "$bin/bench/gemv_lab" ;;
+    ncu)
+      # Caches left warm (--cache-control none) and a launch from the lab's timing loop, as in a
+      # decode step; ${NCU_SKIP:-6} launches of the kernel skipped first.
+      run_step ncu ncu --clock-control none --cache-control "${NCU_CACHE:-none}" \
+        --kernel-name-base demangled -k "regex:q1_gemv_kernel<.int.2>" \
+        --launch-skip "${NCU_SKIP:-6}" --launch-count 1 --section SpeedOfLight \
+        --section WarpStateStats --section SchedulerStats --section InstructionStats \
+        --section SourceCounters -f -o "$out/gemv" "$bin/bench/gemv_lab"
+      run_step ncu-details ncu --import "$out/gemv.ncu-rep" --page details
+      run_step ncu-source ncu --import "$out/gemv.ncu-rep" --page source --print-source sass ;;
     bench) run_step bench "$bin/src/app/gdn" bench -r 3 --rounds 2 ;;
     benchnographs) run_step benchnographs "$bin/src/app/gdn" bench -r 3 --rounds 2 --rungs all,-graphs ;;
     compare) run_step compare "$bin/src/app/gdn" eval --preset bonsai-27b --type q1_0 \
@@ -53,9 +64,9 @@ for s in "${steps[@]}"; do
   esac
 done
 cat "$out/gpu.txt"
-for f in "${steps[@]}"; do
-  echo "=== $f (tail)"
-  tail -n 25 "$out/$f.log"
+for f in "$out"/*.log; do
+  echo "=== $(basename "$f" .log) (tail)"
+  tail -n 25 "$f"
 done
 echo "=== summary"
 printf '%s\n' "${summary[@]}"

@@ -100,7 +100,6 @@ constexpr int max_slices(int kQ) {
 }
 constexpr int kBatchTokensQ1 = 16;   // tokens per CTA of the batched kernel (weights reused)
 constexpr int kQuantizeBlocks = 16;  // blocks per CTA of the quantise kernel (16 threads each)
-constexpr int kL2Ahead = 3;          // steps of weights the one-launch GEMV asks L2 for ahead
 
 struct alignas(8) ActMeta {
   float d;  // activation scale of the block
@@ -599,8 +598,8 @@ __global__ void __launch_bounds__(kQuantizeBlocks * 16)
 //
 // Every CTA (persistent: at most one per SM while there is work for all of them, so the
 // prologue runs once per SM) does, in order:
-//   1. issues its warps' first step of weight loads into registers and asks L2 for the next
-//      kL2Ahead steps (weights never depend on the previous kernel), then pdl_wait();
+//   1. issues its warps' first step of weight loads into registers and asks L2 for all of its
+//      weights (weights never depend on the previous kernel), then pdl_wait();
 //   2. the prologue: the norm's scales, p(x) staged in shared memory (matmul.cuh's
 //      prologue_scales / prologue_stage, shared with the chunked formats), then every eighth of
 //      a block quantised by quantize_eighth into act / meta in shared memory — the same device
@@ -749,6 +748,26 @@ struct GemvCta {
     while (st.m + 1 < kMaxFusedMatrices && st.slot >= a.slot_end[st.m]) ++st.m;
     st.tile = st.slot - (st.m > 0 ? a.slot_end[st.m - 1] : 0);
   }
+  // Thread 0 asks L2 for every weight this CTA will read: per round of its slots, the
+  // contiguous row tiles of each matrix (a few bulk prefetches in all). One thread does it once:
+  // per step and per warp, the same requests cost ~60 instructions on all 15 warps, in a
+  // kernel whose time is mostly instruction issue (ncu, H200: ~0.5 issued per scheduler-cycle).
+  __device__ void prefetch_all() const {
+    if (threadIdx.x != 0) return;
+    const int stride = gridDim.x * a.teams;
+    const uint32_t tile_bits = uint32_t(a.n_quads) * 1024u, tile_scales = uint32_t(a.n_quads) * 128u;
+    for (int s0 = blockIdx.x * a.teams; s0 < a.n_slots; s0 += stride) {
+      const int s1 = min(s0 + a.teams, a.n_slots);
+      for (int m = 0; m < kMaxFusedMatrices; ++m) {
+        const int begin = pair || m == 0 ? 0 : a.slot_end[m - 1];
+        const int end = pair ? (m < 2 ? a.n_slots : 0) : a.slot_end[m];
+        const int t0 = max(s0, begin) - begin, t1 = min(s1, end) - begin;
+        if (t1 <= t0) continue;
+        prefetch_l2(a.bits[m] + int64_t(t0) * a.n_quads * 64, uint32_t(t1 - t0) * tile_bits);
+        prefetch_l2(a.scales[m] + int64_t(t0) * a.n_quads * 8, uint32_t(t1 - t0) * tile_scales);
+      }
+    }
+  }
   // This warp's chunk of step st: its first quad within the row tile, and how many of its kQ
   // quads exist (may be <= 0).
   __device__ int chunk_quad(const GemvStep& st) const { return q_begin + st.c * kQ; }
@@ -821,8 +840,8 @@ struct GemvCta {
 
 // The teams kernel. Every CTA (persistent: at most one per SM while there is work for all of
 // them, so the prologue runs once per SM) issues its warps' first step of weight loads into
-// registers and asks L2 for the next kL2Ahead steps (weights never depend on the previous
-// kernel), then pdl_wait(), the prologue, and the product: `teams` teams of `slices` warps,
+// registers and asks L2 for all of its weights (weights never depend on the previous kernel),
+// then pdl_wait(), the prologue, and the product: `teams` teams of `slices` warps,
 // each team striding over slots (a row tile of one matrix; for SiluMulPair a row tile of both,
 // gate then up), the next step's loads issued before the current one is processed.
 template <int kQ>
@@ -840,23 +859,10 @@ __global__ void __launch_bounds__(32 * max_slices(kQ))
     load_quads<kQ>(a.bits[st.m] + q * 64 + c.lane, a.scales[st.m] + q * 8 + (c.lane >> 2),
                    c.chunk_quads(st), t);
   };
-  const auto prefetch = [&](const GemvStep& st) {
-    if (c.lane != 0 || st.slot >= a.n_slots) return;
-    const int nq = min(kQ, c.chunk_quads(st));
-    if (nq <= 0) return;
-    const int64_t q = quad_of(st);
-    prefetch_l2(a.bits[st.m] + q * 64, static_cast<uint32_t>(nq) * 1024u);
-    prefetch_l2(a.scales[st.m] + q * 8, static_cast<uint32_t>(nq) * 128u);
-  };
-
   ChunkLoads<kQ> buf0, buf1;
   GemvStep st = c.first_step();
   load(st, buf0);
-  GemvStep ahead = st;
-  for (int i = 0; i < kL2Ahead; ++i) {
-    c.advance(ahead);
-    prefetch(ahead);
-  }
+  c.prefetch_all();
   c.stamp(kTraceEntry);
   pdl_launch_dependents();  // the next kernel may start its own weight loads
   pdl_wait();               // x, gate and the residual come from earlier kernels
@@ -867,15 +873,11 @@ __global__ void __launch_bounds__(32 * max_slices(kQ))
     GemvStep s1 = st;
     c.advance(s1);
     load(s1, buf1);
-    c.advance(ahead);
-    prefetch(ahead);
     c.process(st, buf0);
     st = s1;
     if (st.slot >= a.n_slots) break;
     c.advance(s1);
     load(s1, buf0);
-    c.advance(ahead);
-    prefetch(ahead);
     c.process(st, buf1);
     st = s1;
   }

@@ -2,8 +2,9 @@
 # One call on the GPU machine: runs the binaries built here (scripts/build_portable.sh, carried
 # as build-cuda/) — op checks, backend tests, the GEMV lab, the benchmark — with full logs in
 # $OUT and a short summary last. Steps are chosen by name: scripts/device.sh ops tests lab bench
-# (also: ncu [the one-launch GEMV's stall reasons per SASS line], opsperf, ladder, benchladder,
-# nulls, benchnographs, compare, comparef32)
+# (also: ncu [the one-launch GEMV's stall reasons per SASS line], profile [every kernel's
+# time in decode steps, one at a time under ncu], opsperf, ladder, benchladder,
+# nulls, benchbase [baseline granularity + graphs], benchnographs, compare, comparef32)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/gdn-device}
@@ -37,6 +38,10 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used,temperature.gpu --f
 for s in "${steps[@]}"; do
   case "$s" in
     ops) run_step ops "$bin/src/app/gdn" ops ;;
+    profile) run_step profile ncu --clock-control none --cache-control none \
+      --metrics gpu__time_duration.sum --csv --print-units base --kernel-name-base demangled \
+      --launch-skip "${PROFILE_SKIP:-2000}" --launch-count "${PROFILE_COUNT:-1100}" \
+      "$bin/src/app/gdn" bench -p 0 -n 16 -r 1 --rounds 1 --rungs all,-graphs ;;
     opsperf) run_step opsperf "$bin/src/app/gdn" ops --perf ;;
     tests) run_step tests "$bin/tests/test_cuda_backend" ;;
     ladder) run_step ladder "$bin/tests/test_cuda_ladder" ;;
@@ -55,6 +60,7 @@ for s in "${steps[@]}"; do
       run_step ncu-details ncu --import "$out/gemv.ncu-rep" --page details
       run_step ncu-source ncu --import "$out/gemv.ncu-rep" --page source --print-source sass ;;
     bench) run_step bench "$bin/src/app/gdn" bench -r 3 --rounds 2 ;;
+    benchbase) run_step benchbase "$bin/src/app/gdn" bench -p 0 -r 3 --rounds 2 --rungs graphs ;;
     benchnographs) run_step benchnographs "$bin/src/app/gdn" bench -r 3 --rounds 2 --rungs all,-graphs ;;
     compare) run_step compare "$bin/src/app/gdn" eval --preset bonsai-27b --type q1_0 \
       --random-ids 128 --mode decode --compare cpu ;;

@@ -52,6 +52,15 @@ size_t allow_max_smem(const void* kernel) {
   return dynamic;
 }
 
+int cluster_parts(int64_t units, int warps) {
+  constexpr int kMaxParts = 8;  // the portable cluster size
+  int parts = 1;
+  while (parts < kMaxParts && warps % (2 * parts) == 0 && units * 2 * parts <= sm_count()) {
+    parts *= 2;
+  }
+  return parts;
+}
+
 int occupancy(const void* kernel, int threads, size_t smem) {
   static std::mutex mu;
   static std::map<std::tuple<const void*, int, size_t, int>, int> cache;

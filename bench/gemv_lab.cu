@@ -295,8 +295,7 @@ void print_hot(const std::vector<GpuMatrix>& copies, const float* x, float* y, d
                Timer& timer) {
   const size_t n = copies.size();
   const auto gemv = [&](size_t i) { matmul_fused(plain_gemv(copies[i % n], x, y), timer.s); };
-  const std::function<void(int)> modes[] = {[&](int i) { gemv(size_t(i)); },
-                                            [&](int) { gemv(0); }};
+  const std::function<void(int)> modes[] = {[&](int i) { gemv(size_t(i)); }, [&](int) { gemv(0); }};
   const char* names[] = {"rotated", "hot in L2"};
   std::vector<double> us[2];
   for (int round = 0; round < 4; ++round) us[round % 2].push_back(timer.graph_us(modes[round % 2]));

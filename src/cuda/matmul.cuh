@@ -109,14 +109,17 @@ void launch_clusters(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t sme
   cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
   cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = cluster;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  unsigned n = 0;
+  if (pdl) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster > 1) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n++].val.clusterDim = {cluster, 1, 1};
+  }
   cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 2 : 1;
+  cfg.numAttrs = n;
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...));
 }
 template <class... KArgs, class... Args>
@@ -155,11 +158,13 @@ __host__ __device__ constexpr int chunked_warps(int n_chunks) {
   return w < 1 ? 1 : w > kMaxWarps ? kMaxWarps : w;
 }
 
-// CTAs that share one row group's `warps` chunk ranges (a cluster; the portable limit is 8):
-// doubled while it divides the ranges and the grid of `units` such clusters stays within the
-// SMs. A few row groups (Bonsai's 48-row beta and alpha: 2 each) would otherwise run on as many
-// SMs, each issuing every instruction of 16 warps (measured under ncu on the H200: the fused
-// beta+alpha GEMV took 10.7 us on 4 SMs, 10% of a decode step).
+// CTAs that share one row group's `warps` chunk ranges in the one-token chunked_kernel (a
+// cluster; the portable limit is 8): doubled while it divides the ranges and the grid of
+// `units` such clusters stays within the SMs. A few row groups (Bonsai's 48-row beta and alpha:
+// 2 each) would otherwise run on as many SMs, each issuing every instruction of 16 warps.
+// Measured on the H200 (2026-11-30): the fused GEMV split the same way (each CTA then staging
+// p(x) with 2 warps) took decode from 219.3 to 205.7 tok/s, so the fused kernel keeps whole row
+// groups per CTA.
 int cluster_parts(int64_t units, int warps);
 
 struct ChunkedArgs {
@@ -170,6 +175,7 @@ struct ChunkedArgs {
   float* y;  // [n_tokens][ldy]
   int64_t ldy;
   int n_in, n_out, n_chunks, n_blocks, n_tokens, chunks_per_warp;
+  int parts;  // CTAs (a cluster) per row group: cluster_parts
 };
 
 // A format F provides kElems (elements per 16-byte chunk), kChunksPerBlock (chunks sharing a
@@ -260,10 +266,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32) chunked_kernel(ChunkedArgs a) 
   __shared__ float red[kMaxWarps][NT][32];
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int parts = static_cast<int>(cluster.num_blocks());
-  const int n_warps = (blockDim.x >> 5) * parts;  // chunk ranges of the group
-  const int range = static_cast<int>(cluster.block_rank()) * (blockDim.x >> 5) + warp;
-  const int group = blockIdx.x / parts;
+  const int rank = a.parts > 1 ? static_cast<int>(cluster.block_rank()) : 0;
+  const int n_warps = (blockDim.x >> 5) * a.parts;  // chunk ranges of the group
+  const int range = rank * (blockDim.x >> 5) + warp;
+  const int group = blockIdx.x / a.parts;
   const int tok0 = blockIdx.y * NT;
   const int c_begin = range * a.chunks_per_warp;
   const int c_end = min(a.n_chunks, c_begin + a.chunks_per_warp);
@@ -278,11 +284,16 @@ __global__ void __launch_bounds__(kMaxWarps * 32) chunked_kernel(ChunkedArgs a) 
       },
       acc);
 
-  float* first = cluster.map_shared_rank(&red[0][0][0], 0);
+  float* first = a.parts > 1 ? cluster.map_shared_rank(&red[0][0][0], 0) : &red[0][0][0];
 #pragma unroll
   for (int n = 0; n < NT; ++n) first[(range * NT + n) * 32 + lane] = acc[n];
-  cluster.sync();  // every range's partial sums are in the first CTA before they are added
-  if (cluster.block_rank() != 0) return;
+  // Every range's partial sums are in the first CTA before they are added.
+  if (a.parts > 1) {
+    cluster.sync();
+  } else {
+    __syncthreads();
+  }
+  if (rank != 0) return;
   for (int i = threadIdx.x; i < NT * 32; i += blockDim.x) {
     const int n = i / 32, l = i % 32;
     const int row = group * 32 + l, tok = tok0 + n;
@@ -315,10 +326,12 @@ void chunked_matmul(const GpuMatrix& w, const float* x, int64_t ldx, float* y, i
   a.chunks_per_warp = static_cast<int>(ceil_div(a.n_chunks, warps));
   const bool vec = aligned16(x) && ldx % 4 == 0;
   const dim3 block(32 * warps);
+  a.parts = 1;
   if (n_tokens == 1) {
-    const int parts = cluster_parts(groups, warps);
-    const dim3 grid(static_cast<unsigned>(groups * parts), 1);
-    const dim3 part_block(32 * warps / parts);
+    a.parts = cluster_parts(groups, warps);
+    const dim3 grid(static_cast<unsigned>(groups * a.parts), 1);
+    const dim3 part_block(32 * warps / a.parts);
+    const unsigned parts = static_cast<unsigned>(a.parts);
     if (vec) {
       launch_clusters(&chunked_kernel<F, 1, true>, grid, part_block, 0, false, parts, s, a);
     } else {
@@ -328,9 +341,9 @@ void chunked_matmul(const GpuMatrix& w, const float* x, int64_t ldx, float* y, i
     const dim3 grid(static_cast<unsigned>(groups),
                     static_cast<unsigned>(ceil_div(n_tokens, kBatchTokens)));
     if (vec) {
-      launch_clusters(&chunked_kernel<F, kBatchTokens, true>, grid, block, 0, false, 1, s, a);
+      chunked_kernel<F, kBatchTokens, true><<<grid, block, 0, s>>>(a);
     } else {
-      launch_clusters(&chunked_kernel<F, kBatchTokens, false>, grid, block, 0, false, 1, s, a);
+      chunked_kernel<F, kBatchTokens, false><<<grid, block, 0, s>>>(a);
     }
   }
   CUDA_CHECK_LAUNCH();
@@ -535,24 +548,14 @@ struct ChunkedFusedArgs {
 template <class F>
 __global__ void __launch_bounds__(kMaxWarps * 32)
     chunked_fused_kernel(const __grid_constant__ ChunkedFusedArgs a) {
-  namespace cg = cooperative_groups;
-  const cg::cluster_group cluster = cg::this_cluster();
   constexpr int kSub = sub_elems<F>();
   extern __shared__ float4 staged[];  // p(x) [n_stage / 4], then the norm's sums and scales
   __shared__ float red[2][kMaxWarps][32];
   float* sums = reinterpret_cast<float*>(staged) + a.n_stage;
   float* scales = sums + a.pro.n_sums;
 
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  // A cluster of `parts` CTAs shares each unit (cluster_parts): this CTA's warps run chunk
-  // ranges `range`, and the first CTA adds all n_warps ranges' sums in range order.
-  const int parts = static_cast<int>(cluster.num_blocks());
-  const bool first_cta = cluster.block_rank() == 0;
-  const int n_warps = (blockDim.x >> 5) * parts;
-  const int range = static_cast<int>(cluster.block_rank()) * (blockDim.x >> 5) + warp;
-  const int unit0 = blockIdx.x / parts, unit_stride = gridDim.x / parts;
-  float* first_red = cluster.map_shared_rank(&red[0][0][0], 0);
-  const int c_begin = min(a.n_chunks, range * a.chunks_per_warp);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+  const int c_begin = min(a.n_chunks, warp * a.chunks_per_warp);
   const int c_end = min(a.n_chunks, c_begin + a.chunks_per_warp);
   const int n_sub = a.epilogue == Epilogue::SiluMulPair ? 2 : 1;
   const auto locate = [&](int u, int& m, int& group) {
@@ -578,15 +581,15 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
   };
 
   pdl_launch_dependents();  // the next kernel may start its own weight prefetch
-  prefetch_unit(unit0);
+  prefetch_unit(blockIdx.x);
   pdl_wait();  // x, gate and the residual come from earlier kernels; the weights did not
   prologue_scales(a.pro, sums, scales);
   prologue_stage(a.pro, a.n_stage, scales, [&](int f, float4 v) { staged[f] = v; });
   __syncthreads();  // p(x) is staged before any warp reads it
 
   const float* xs = reinterpret_cast<const float*>(staged);
-  for (int u = unit0; u < a.n_units; u += unit_stride) {
-    prefetch_unit(u + unit_stride);
+  for (int u = blockIdx.x; u < a.n_units; u += gridDim.x) {
+    prefetch_unit(u + gridDim.x);
     int m, group;
     locate(u, m, group);
     for (int ms = 0; ms < n_sub; ++ms) {
@@ -608,10 +611,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
             }
           },
           acc);
-      first_red[(ms * kMaxWarps + range) * 32 + lane] = acc[0];
+      red[ms][warp][lane] = acc[0];
     }
-    cluster.sync();  // every range's partial sums are in the first CTA before they are added
-    if (first_cta && threadIdx.x < 32) {
+    __syncthreads();  // every warp's partial sums are in shared memory before they are added
+    if (threadIdx.x < 32) {
       const int64_t row = int64_t(group) * 32 + lane;
       if (row < a.n_out[m]) {
         float s[2] = {0.0f, 0.0f};
@@ -623,7 +626,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
         epilogue_store(a.epilogue, a.y[0], a.y[m], row, s[0], s[1]);
       }
     }
-    cluster.sync();  // the sums are read before the next unit overwrites them (or a CTA exits)
+    __syncthreads();  // the sums are read before the next unit overwrites them
   }
 }
 
@@ -659,16 +662,15 @@ void chunked_fused(const FusedGemv& f, cudaStream_t s) {
     fail("cuda matmul_fused '{}' [{} x {}]: the staged input needs {} bytes of shared memory",
          w0.name, w0.n_out, w0.n_in, smem);
   }
-  const int parts = cluster_parts(a.n_units, warps);
-  const int threads = 32 * warps / parts;
+  const int threads = 32 * warps;
   const int per_sm = occupancy(reinterpret_cast<const void*>(kernel), threads, smem);
   if (per_sm < 1) {
     fail("cuda matmul_fused '{}' [{} x {}]: no CTA of {} threads fits", w0.name, w0.n_out, w0.n_in,
          threads);
   }
-  const int64_t clusters = int64_t(std::min(per_sm, 2)) * sm_count() / parts;
-  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(a.n_units, clusters) * parts));
-  launch_clusters(kernel, grid, dim3(threads), smem, true, parts, s, a);
+  const int64_t ctas = int64_t(std::min(per_sm, 2)) * sm_count();
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(a.n_units, ctas)));
+  launch(kernel, grid, dim3(threads), smem, true, s, a);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -755,7 +755,8 @@ struct GemvCta {
   __device__ void prefetch_all() const {
     if (threadIdx.x != 0) return;
     const int stride = gridDim.x * a.teams;
-    const uint32_t tile_bits = uint32_t(a.n_quads) * 1024u, tile_scales = uint32_t(a.n_quads) * 128u;
+    const uint32_t tile_bits = uint32_t(a.n_quads) * 1024u,
+                   tile_scales = uint32_t(a.n_quads) * 128u;
     for (int s0 = blockIdx.x * a.teams; s0 < a.n_slots; s0 += stride) {
       const int s1 = min(s0 + a.teams, a.n_slots);
       for (int m = 0; m < kMaxFusedMatrices; ++m) {
@@ -802,9 +803,9 @@ struct GemvCta {
   // the epilogue (matmul.cuh's epilogue_store) on the slot's 16 rows.
   __device__ void process(const GemvStep& s, const ChunkLoads<kQ>& t) {
     const int q0 = chunk_quad(s);
-    const float2 p =
-        dot_chunk<BmmaMath, kQ, true>(math, act + q0 * kQuadBlocks * 32 + BmmaMath::lane_offset(lane),
-                                      meta + q0 * kQuadBlocks, t, chunk_quads(s), lane);
+    const float2 p = dot_chunk<BmmaMath, kQ, true>(
+        math, act + q0 * kQuadBlocks * 32 + BmmaMath::lane_offset(lane), meta + q0 * kQuadBlocks, t,
+        chunk_quads(s), lane);
     acc.x += p.x;
     acc.y += p.y;
     if (s.c != a.chunks - 1) return;

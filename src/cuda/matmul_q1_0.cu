@@ -613,19 +613,20 @@ __global__ void __launch_bounds__(kQuantizeBlocks * 16)
 // So every output equals the two-launch path on p(x) bit for bit, and p(x) equals the unfused
 // prologue kernels' output bit for bit.
 //
-// Measured (H200, bench/gemv_lab's timeline, 2026-11-30; thread 0's stamps, SM clock 1.8-1.9
-// GHz): 5120->10240 (3 teams x 5 warps) spends pdl_wait -> p(x) staged ~0.5-1 us, staged ->
-// quantised ~2.3 us (1.0 us on 5120->6144, the same work on other data), then ~1.3 us per slot
-// (slot 0: 1.3 us from the prologue's end to its slice sums, ~0 at the barrier, 0.5-0.8 us more
-// to its stored rows), against ~0.3-0.5 us predicted for the whole prologue. Not the cause,
-// each tested: the staging loads' order (batched: no change), the weight loads in flight
-// (issued after the prologue instead: prologue as slow, GEMV slower), the exact-division
-// fallback of quantize_codes (only near-tie codes divided: no change in the prologue, tg128
-// 205.8 -> 187.5), the b1 mma rate (470 T weights/s measured, 14x what the bandwidth needs).
-// Also slower: streaming each CTA's weights into a shared-memory ring by bulk copies, small
-// CTAs so the next GEMV starts beside it (commit 1e74d5d; 9.2 us, tg128 180.7): fewer teams,
-// the same slot cost. The two-launch product kernel hides the slot cost behind many
-// co-resident CTAs; this kernel's few teams pay it in sequence.
+// Where the time goes (H200, 2026-11-30; bench/RESULTS.md has the rows). With its weights hot
+// in L2 the 5120->10240 GEMV is barely faster than from DRAM (7.37 vs 7.45 us), so it is not
+// waiting for bytes: ncu (caches warm) finds it issuing ~0.5 instructions per scheduler-cycle
+// with ~30% of the stalls on instruction fetch, ~1250 instructions per warp. So what pays is
+// fewer instructions per warp: a thread per eighth of a block in the quantiser (was a quarter:
+// 5 of 15 warps busy, ~2.3 us), the step walk by counting (was 4 integer divisions a step), one
+// L2 prefetch per CTA (was 3 steps ahead per warp and step): 7.37 -> 6.05 us, tg128 205.8 ->
+// 219.6. Per warp at e4154aa: staging ~90, quantising ~270, each slot ~340 (the block dot
+// ~130, the per-step prefetch since removed ~60).
+// Tested and not the cause: the staging loads' order, the weight loads in flight, the
+// exact-division fallback, the b1 mma (470 T weights/s; 17 clocks dependent). Slower: weights
+// streamed into a shared-memory ring by bulk copies with small co-resident CTAs (commit
+// 1e74d5d: 9.2 us, tg128 180.7); every GEMV warming the next launch's weights in L2 (tg128
+// 193.2).
 
 struct Q1GemvArgs {
   const uint4* bits[kMaxFusedMatrices];    // [n_tiles][n_quads][2][32] per matrix

@@ -41,7 +41,8 @@ for s in "${steps[@]}"; do
     profile) run_step profile ncu --clock-control none --cache-control none \
       --metrics gpu__time_duration.sum --csv --print-units base --kernel-name-base demangled \
       --launch-skip "${PROFILE_SKIP:-2000}" --launch-count "${PROFILE_COUNT:-1100}" \
-      "$bin/src/app/gdn" bench -p 0 -n 16 -r 1 --rounds 1 --rungs all,-graphs ;;
+      "$bin/src/app/gdn" bench -p 0 -n 16 -r 1 --rounds 1 --rungs all,-graphs
+    python3 scripts/profile_table.py "$out/profile.log" >"$out/profile_table.log" 2>&1 ;;
     opsperf) run_step opsperf "$bin/src/app/gdn" ops --perf ;;
     tests) run_step tests "$bin/tests/test_cuda_backend" ;;
     ladder) run_step ladder "$bin/tests/test_cuda_ladder" ;;

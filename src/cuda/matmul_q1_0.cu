@@ -1173,6 +1173,10 @@ Q1Options q1_default_options(int64_t n_in, int64_t n_out) {
   // 17408->5120 11.17 / 11.82 / 13.28; but 5120->10240 7.48 / 6.91 / 7.79, 5120->17408
   // 9.40 / 8.90 / 10.07 and the 248320-row head 80.65 / 48.93 (87% of copy) / 58.81. The
   // variants share the cut and the per-block arithmetic, so all give the same bits.
+  // Re-measured at b935524 after the one-launch kernel's instruction cuts (one-launch / flat):
+  // 5120->6144 4.72 / 4.84, 5120->10240 6.05 / 5.90, and the two 17408 shapes now the other way
+  // round: 5120->17408 7.79 / 8.29, 17408->5120 10.11 / 8.87 (one team of 17 warps per CTA, 2.4
+  // slot rounds). Not switched yet: the rule wants a decode run on the GPU to confirm.
   const bool wide = n_out >= 10000;
   const bool q2 = ceil_div(n_in, 512) <= 36;
   Q1Options o;

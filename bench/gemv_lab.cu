@@ -12,6 +12,8 @@
 //                    alone, the latency of a dependent mma and its issue interval, in clocks
 //   timeline        per one-launch variant, thread 0 of every CTA stamps globaltimer and
 //                    clock64 at each phase (q1_0_gemv_traced): where a launch's time goes
+//   hot in L2       matmul_fused's GEMV on rotated copies and on one copy (weights in L2):
+//                    how much of its time waits for DRAM
 //
 // Every timed input set is rotated among copies totalling > 150 MB (the L2 is 60 MB). Times
 // are per matmul: inside a CUDA graph of 20 (median of replays; what the executor will see)

@@ -54,8 +54,8 @@
 // quantize_codes), otherwise the thread redoes its eight with the division. Its 8 codes become
 // 8 plane bytes by one 8x8 bit transpose, and the four lanes of a quarter swap bytes (two
 // shuffle steps) into the plane words. A thread per quarter (32 elements, ~500 instructions in
-// one dependent chain) kept 5 of 15 warps busy and took 1-2.3 us per GEMV on the H200; an
-// eighth is ~4x shorter and fills every warp. The floats come from shared memory in a swizzled
+// one dependent chain) kept 5 of 15 warps busy: its phase of the 5120->10240 GEMV took ~2.3 us
+// on the H200, the eighths take ~1.3 us. The floats come from shared memory in a swizzled
 // layout (stage_pos) so that the coalesced staging stores are free of bank conflicts.
 //
 // Work split: a warp owns one row tile x a slice of kQ quads (kQ 16-byte loads of bits + kQ of
@@ -620,8 +620,8 @@ __global__ void __launch_bounds__(kQuantizeBlocks * 16)
 // fewer instructions per warp: a thread per eighth of a block in the quantiser (was a quarter:
 // 5 of 15 warps busy, ~2.3 us), the step walk by counting (was 4 integer divisions a step), one
 // L2 prefetch per CTA (was 3 steps ahead per warp and step): 7.37 -> 6.05 us, tg128 205.8 ->
-// 219.6. Per warp at e4154aa: staging ~90, quantising ~270, each slot ~340 (the block dot
-// ~130, the per-step prefetch since removed ~60).
+// 219.6. Per warp at e4154aa (ncu's executed-instruction counts): staging ~90, quantising ~270,
+// each slot ~340, of which the block dot is ~130 and the per-step prefetch since removed a part.
 // Tested and not the cause: the staging loads' order, the weight loads in flight, the
 // exact-division fallback, the b1 mma (470 T weights/s; 17 clocks dependent). Slower: weights
 // streamed into a shared-memory ring by bulk copies with small co-resident CTAs (commit
@@ -660,9 +660,10 @@ constexpr int kTraceSlotCount = (kGemvTraceEvents - 1 - kTraceSlots) / kTraceSlo
 
 // A team's place in its walk over steps (slot, pair matrix ms, chunk c), with the matrix m and
 // row tile of (slot, ms). GemvCta::advance moves it by counting, without a division: the walk's
-// bookkeeping runs on every warp of every step, and with 15 warps per SM sharing 4 schedulers,
-// every instruction of it is paid (H200 timeline: ~1.3 us per slot when the step computed
-// sub / chunks, sub % chunks and the slot's matrix afresh at each use).
+// bookkeeping runs on every warp of every step, in a kernel about half bound by instruction
+// issue (ncu, H200), where each step used to compute sub / chunks, sub % chunks and the slot's
+// matrix afresh (4 integer divisions in the SASS). Its share of the gain was not isolated: with
+// the eighth-block quantiser, a slot went from ~1.5 to ~1.3 us.
 struct GemvStep {
   int slot, ms, c;
   int m, tile;
@@ -751,8 +752,8 @@ struct GemvCta {
   }
   // Thread 0 asks L2 for every weight this CTA will read: per round of its slots, the
   // contiguous row tiles of each matrix (a few bulk prefetches in all). One thread does it once:
-  // per step and per warp, the same requests cost ~60 instructions on all 15 warps, in a
-  // kernel whose time is mostly instruction issue (ncu, H200: ~0.5 issued per scheduler-cycle).
+  // asked per step by every warp, the same requests cost instructions on all 15 warps, in a
+  // kernel about half bound by instruction issue (ncu, H200: ~0.5 issued per scheduler-cycle).
   __device__ void prefetch_all() const {
     if (threadIdx.x != 0) return;
     const int stride = gridDim.x * a.teams;

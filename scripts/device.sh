@@ -4,7 +4,8 @@
 # $OUT and a short summary last. Steps are chosen by name: scripts/device.sh ops tests lab bench
 # (also: ncu [the one-launch GEMV's stall reasons per SASS line], profile [every kernel's
 # time in decode steps, one at a time under ncu], opsperf, ladder, benchladder,
-# nulls, benchbase [baseline granularity + graphs], benchnographs, compare, comparef32)
+# nulls, benchbase [baseline granularity + graphs], prevbench and prevbenchbase [bench and
+# benchbase with a carried gdn_prev], benchnographs, compare, comparef32)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/gdn-device}
@@ -63,6 +64,10 @@ for s in "${steps[@]}"; do
       run_step ncu-source ncu --import "$out/gemv.ncu-rep" --page source --print-source sass ;;
     bench) run_step bench "$bin/src/app/gdn" bench -r 3 --rounds 2 ;;
     benchbase) run_step benchbase "$bin/src/app/gdn" bench -p 0 -r 3 --rounds 2 --rungs graphs ;;
+    # The same two benchmarks with gdn_prev (a build of an earlier commit, carried beside gdn in
+    # the tarball): a change and its baseline measured side by side in one call.
+    prevbench) run_step prevbench "$bin/gdn_prev" bench -r 3 --rounds 2 ;;
+    prevbenchbase) run_step prevbenchbase "$bin/gdn_prev" bench -p 0 -r 3 --rounds 2 --rungs graphs ;;
     benchnographs) run_step benchnographs "$bin/src/app/gdn" bench -r 3 --rounds 2 --rungs all,-graphs ;;
     compare) run_step compare "$bin/src/app/gdn" eval --preset bonsai-27b --type q1_0 \
       --random-ids 128 --mode decode --compare cpu ;;

@@ -60,6 +60,7 @@ constexpr int kRopeThreads = 256;
 __global__ void __launch_bounds__(kRopeThreads)
     rope_kernel(DevRows x, int head_dim, int n_rot, int n_head, float theta, int64_t pos_host,
                 const int32_t* pos_dev) {
+  detail::pdl_enter();
   const int64_t pos0 = pos_dev ? *pos_dev : pos_host;
   const int half = n_rot / 2;
   const int64_t per_row = int64_t(n_head) * half, n = x.rows * per_row;
@@ -122,6 +123,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a) {
   __shared__ float s_m[kAttnWarps], s_l[kAttnWarps], s_o[kAttnWarps][32 * kDims];
   __shared__ float c_m, c_l, c_o[32 * kDims];  // this CTA's merged partial
 
+  detail::pdl_enter();
   const cg::cluster_group cluster = cg::this_cluster();
   const int n_split = static_cast<int>(cluster.num_blocks());
   const int rank = static_cast<int>(cluster.block_rank());
@@ -222,19 +224,10 @@ void launch_attention(const AttnArgs& a, int64_t rows, int split, cudaStream_t s
   if constexpr (kDims < kMaxHeadDim / 32) {
     if (a.head_dim > 32 * kDims) return launch_attention<kDims * 2>(a, rows, split, s);
   }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(rows * a.n_head * split));
-  cfg.blockDim = dim3(kAttnThreads);
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(split);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, attention_kernel<kDims>, a));
+  // Always a cluster launch (of 1 CTA when split is 1): the kernel merges through the cluster.
+  detail::launch_clusters(&attention_kernel<kDims>,
+                          dim3(static_cast<unsigned>(rows * a.n_head * split)), kAttnThreads, 0,
+                          true, static_cast<unsigned>(split), s, a);
 }
 
 }  // namespace
@@ -250,9 +243,8 @@ void rope(DevRows x, int64_t head_dim, int64_t n_rot, float theta, Pos pos, cuda
   const int64_t n_head = x.cols / head_dim, pairs = x.rows * n_head * (n_rot / 2);
   const unsigned blocks = static_cast<unsigned>(
       std::min<int64_t>(detail::ceil_div(pairs, kRopeThreads), 32 * detail::sm_count()));
-  rope_kernel<<<blocks, kRopeThreads, 0, s>>>(x, static_cast<int>(head_dim),
-                                              static_cast<int>(n_rot), static_cast<int>(n_head),
-                                              theta, pos0, pos.device);
+  detail::launch(&rope_kernel, blocks, kRopeThreads, 0, true, s, x, static_cast<int>(head_dim),
+                 static_cast<int>(n_rot), static_cast<int>(n_head), theta, pos0, pos.device);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -49,6 +49,7 @@ template <bool kSilu>
 __global__ void __launch_bounds__(kConvThreads)
     conv_kernel(DevRows x, DevRows y, const float* __restrict__ w, int kernel,
                 float* __restrict__ state) {
+  detail::pdl_enter();
   const int64_t C = x.cols, T = y.rows;
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= C) return;
@@ -134,9 +135,11 @@ void conv_step(DevRows x, DevRows y, const float* w, int64_t kernel, float* stat
                   static_cast<unsigned>(
                       std::min<int64_t>(detail::ceil_div(y.rows, kTokenBatch), detail::kMaxGridY)));
   if (silu) {
-    conv_kernel<true><<<grid, kConvThreads, 0, s>>>(x, y, w, static_cast<int>(kernel), state);
+    detail::launch(&conv_kernel<true>, grid, kConvThreads, 0, true, s, x, y, w,
+                   static_cast<int>(kernel), state);
   } else {
-    conv_kernel<false><<<grid, kConvThreads, 0, s>>>(x, y, w, static_cast<int>(kernel), state);
+    detail::launch(&conv_kernel<false>, grid, kConvThreads, 0, true, s, x, y, w,
+                   static_cast<int>(kernel), state);
   }
   CUDA_CHECK_LAUNCH();
 }

@@ -112,6 +112,7 @@ struct MulVecOp {
 template <class F, int N>
 __global__ void __launch_bounds__(kThreads)
     map_kernel(DevRows x, DevRows g, DevRows y, const float* v, F f) {
+  detail::pdl_enter();
   const int64_t n = y.cols / N;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t r = blockIdx.y; r < y.rows; r += gridDim.y) {
@@ -144,9 +145,11 @@ void launch_map(const char* op, F f, DevRows x, DevRows g, DevRows y, const floa
   const bool vec4 = detail::vec4_ok(x) && detail::vec4_ok(y) && (!F::kG || detail::vec4_ok(g)) &&
                     (!F::kV || detail::aligned16(v));
   if (vec4) {
-    map_kernel<F, 4><<<grid_for(y.rows, y.cols / 4), kThreads, 0, s>>>(x, g, y, v, f);
+    detail::launch(&map_kernel<F, 4>, grid_for(y.rows, y.cols / 4), kThreads, 0, true, s, x, g, y,
+                   v, f);
   } else {
-    map_kernel<F, 1><<<grid_for(y.rows, y.cols), kThreads, 0, s>>>(x, g, y, v, f);
+    detail::launch(&map_kernel<F, 1>, grid_for(y.rows, y.cols), kThreads, 0, true, s, x, g, y, v,
+                   f);
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -166,6 +169,7 @@ constexpr int kCopyUnroll = 4;  // vectors per thread, all loaded before the fir
 
 template <int N>
 __global__ void __launch_bounds__(kThreads) copy_kernel(CopyJob job0, CopyJob job1) {
+  detail::pdl_enter();
   const CopyJob& job = blockIdx.z == 0 ? job0 : job1;
   const int64_t n = job.cols / N;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
@@ -202,9 +206,9 @@ void launch_copy(const CopyJob& a, const CopyJob* b, cudaStream_t s) {
   dim3 grid = grid_for(rows, (cols / n_vec + kCopyUnroll - 1) / kCopyUnroll);
   grid.z = b ? 2 : 1;
   if (vec4) {
-    copy_kernel<4><<<grid, kThreads, 0, s>>>(a, b ? *b : a);
+    detail::launch(&copy_kernel<4>, grid, kThreads, 0, true, s, a, b ? *b : a);
   } else {
-    copy_kernel<1><<<grid, kThreads, 0, s>>>(a, b ? *b : a);
+    detail::launch(&copy_kernel<1>, grid, kThreads, 0, true, s, a, b ? *b : a);
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -225,6 +229,7 @@ struct alignas(sizeof(T) * N) Pack {
 template <class Src, class Dst, int N>
 __global__ void __launch_bounds__(kThreads)
     state_copy_kernel(const void* __restrict__ src, void* __restrict__ dst, int64_t n_packs) {
+  detail::pdl_enter();
   using SP = Pack<typename Src::T, N>;
   using DP = Pack<typename Dst::T, N>;
   const SP* in = static_cast<const SP*>(src);
@@ -264,9 +269,11 @@ void launch_state_copy(const void* src, void* dst, int64_t n, cudaStream_t s) {
   const unsigned blocks = static_cast<unsigned>(
       std::min<int64_t>(detail::ceil_div(threads, kThreads), int64_t(1) << 30));
   if (vec4) {
-    state_copy_kernel<Src, Dst, 4><<<blocks, kThreads, 0, s>>>(src, dst, n_packs);
+    detail::launch(&state_copy_kernel<Src, Dst, 4>, blocks, kThreads, 0, true, s, src, dst,
+                   n_packs);
   } else {
-    state_copy_kernel<Src, Dst, 1><<<blocks, kThreads, 0, s>>>(src, dst, n_packs);
+    detail::launch(&state_copy_kernel<Src, Dst, 1>, blocks, kThreads, 0, true, s, src, dst,
+                   n_packs);
   }
 }
 
@@ -279,6 +286,7 @@ __global__ void empty() {}
 template <int N>
 __global__ void __launch_bounds__(kThreads)
     split_heads_kernel(DevRows x, DevRows ya, DevRows yb, int head_dim) {
+  detail::pdl_enter();
   const int64_t n = ya.cols / N;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t r = blockIdx.y; r < ya.rows; r += gridDim.y) {
@@ -331,6 +339,7 @@ __device__ float dequant(quant::Type type, const uint8_t* row, int64_t j, int bl
 __global__ void __launch_bounds__(kThreads)
     embed_kernel(DevTable table, const int32_t* __restrict__ ids, DevRows y, int block_elems,
                  int block_bytes) {
+  detail::pdl_enter();
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t r = blockIdx.y; r < y.rows; r += gridDim.y) {
     const int32_t id = ids[r];
@@ -399,9 +408,11 @@ void split_heads(DevRows x, DevRows ya, DevRows yb, int64_t head_dim, cudaStream
       head_dim % 4 == 0 && detail::vec4_ok(x) && detail::vec4_ok(ya) && detail::vec4_ok(yb);
   const int hd = static_cast<int>(head_dim);
   if (vec4) {
-    split_heads_kernel<4><<<grid_for(ya.rows, ya.cols / 4), kThreads, 0, s>>>(x, ya, yb, hd);
+    detail::launch(&split_heads_kernel<4>, grid_for(ya.rows, ya.cols / 4), kThreads, 0, true, s, x,
+                   ya, yb, hd);
   } else {
-    split_heads_kernel<1><<<grid_for(ya.rows, ya.cols), kThreads, 0, s>>>(x, ya, yb, hd);
+    detail::launch(&split_heads_kernel<1>, grid_for(ya.rows, ya.cols), kThreads, 0, true, s, x, ya,
+                   yb, hd);
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -492,8 +503,8 @@ void embed(DevTable table, const int32_t* ids, DevRows y, cudaStream_t s) {
     fail("cuda embed: {} table {} x {} ({} bytes a row, 4-byte aligned) into y [{}x{}]", info.name,
          table.n_out, table.n_in, table.row_bytes, y.rows, y.cols);
   }
-  embed_kernel<<<grid_for(y.rows, y.cols), kThreads, 0, s>>>(
-      table, ids, y, static_cast<int>(info.block_elems), static_cast<int>(info.block_bytes));
+  detail::launch(&embed_kernel, grid_for(y.rows, y.cols), kThreads, 0, true, s, table, ids, y,
+                 static_cast<int>(info.block_elems), static_cast<int>(info.block_bytes));
   CUDA_CHECK_LAUNCH();
 }
 

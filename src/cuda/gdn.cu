@@ -161,6 +161,7 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(GdnArgs a) {
   constexpr int kSub = 32 / kCols;        // row groups per warp
   constexpr int kGroups = kWarps * kSub;  // row groups per CTA
   static_assert(kCols * kSub == 32 && kRows * kGroups <= kMaxD, "slice shape");
+  detail::pdl_enter();
 
   __shared__ float s_q[kStages][kMaxD], s_k[kStages][kMaxD], s_v[kStages][kCols];
   __shared__ float s_g[kStages], s_b[kStages];
@@ -283,9 +284,9 @@ void launch_rows(const GdnArgs& a, bool l2, int rows_needed, dim3 grid, cudaStre
     if (rows_needed > kRows) return launch_rows<kCols, kRows * 2>(a, l2, rows_needed, grid, s);
   }
   if (l2) {
-    gdn_kernel<kCols, kRows, true><<<grid, kThreads, 0, s>>>(a);
+    detail::launch(&gdn_kernel<kCols, kRows, true>, grid, kThreads, 0, true, s, a);
   } else {
-    gdn_kernel<kCols, kRows, false><<<grid, kThreads, 0, s>>>(a);
+    detail::launch(&gdn_kernel<kCols, kRows, false>, grid, kThreads, 0, true, s, a);
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <utility>
 
 #include "common/error.h"
 #include "cuda/check.h"
@@ -55,6 +56,65 @@ __device__ __forceinline__ float softplus(float x) {
 }
 __device__ __forceinline__ float silu(float x) {
   return x * sigmoid(x);
+}
+
+// Programmatic dependent launch (sm_90). Every kernel of a decode step is launched with the
+// programmatic-serialization attribute, so it may start before the previous kernel in the
+// stream has finished: its CTAs become resident and wait in pdl_wait() while the previous
+// kernel runs, which hides the launch latency of each of the step's ~500-1900 dispatches.
+// As each kernel lets its dependents start at entry, several earlier kernels may still be
+// running: before pdl_wait() a kernel reads only what no kernel writes (weights). A kernel
+// completes only after its pdl_wait() returned, so its completion implies its predecessors'.
+// Without the attribute both are no-ops.
+__device__ __forceinline__ void pdl_wait() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+// Lets the next kernel (if launched with the attribute) start now; it still waits in pdl_wait()
+// for this grid to finish and flush.
+__device__ __forceinline__ void pdl_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;");
+}
+
+// The first statement of every kernel launched through launch(): lets the next kernel in the
+// stream start its own CTAs (they wait in their own pdl_enter), then waits until the previous
+// kernel has finished and its writes are visible. Nothing a kernel does before it may read
+// data an earlier kernel writes; weights may be read (the GEMVs ask L2 for theirs first).
+__device__ __forceinline__ void pdl_enter() {
+  pdl_launch_dependents();
+  pdl_wait();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side: launches
+
+// Launches kernel<<<grid, block, smem, s>>>(args) in clusters of `cluster` CTAs along x (grid.x
+// a multiple of it; 0: no cluster attribute), with programmatic serialization when pdl.
+template <class... KArgs, class... Args>
+void launch_clusters(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, bool pdl,
+                     unsigned cluster, cudaStream_t s, Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[2];
+  unsigned n = 0;
+  if (pdl) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster > 0) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n++].val.clusterDim = {cluster, 1, 1};
+  }
+  cfg.attrs = attr;
+  cfg.numAttrs = n;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...));
+}
+template <class... KArgs, class... Args>
+void launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, bool pdl, cudaStream_t s,
+            Args&&... args) {
+  launch_clusters(kernel, grid, block, smem, pdl, 0, s, std::forward<Args>(args)...);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -45,19 +45,6 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
   return v;
 }
 
-// Programmatic dependent launch (sm_90). A kernel launched with the programmatic-serialization
-// attribute may start before the previous kernel in the stream has finished; everything it
-// reads before pdl_wait() must not be written by that kernel (weights), everything after may.
-// Without the attribute both are no-ops.
-__device__ __forceinline__ void pdl_wait() {
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-}
-// Lets the next kernel (if launched with the attribute) start now; it still waits in pdl_wait()
-// for this grid to finish and flush.
-__device__ __forceinline__ void pdl_launch_dependents() {
-  asm volatile("griddepcontrol.launch_dependents;");
-}
-
 // Barrier `id` (1..15; 0 is __syncthreads) over the `threads` threads (a multiple of 32) of the
 // warps that call it: a team of warps inside a CTA synchronises without stalling the others.
 __device__ __forceinline__ void bar_sync(int id, int threads) {
@@ -99,35 +86,12 @@ inline bool aligned16(const void* p) {
 }
 // Multiprocessors of the current device, queried once per device.
 int sm_count();
-// Launches kernel<<<grid, block, smem, s>>>(args) in clusters of `cluster` CTAs along x (grid.x
-// a multiple of it), with programmatic serialization when pdl.
-template <class... KArgs, class... Args>
-void launch_clusters(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, bool pdl,
-                     unsigned cluster, cudaStream_t s, Args&&... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  cudaLaunchAttribute attr[2];
-  unsigned n = 0;
-  if (pdl) {
-    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[n++].val.programmaticStreamSerializationAllowed = 1;
-  }
-  if (cluster > 1) {
-    attr[n].id = cudaLaunchAttributeClusterDimension;
-    attr[n++].val.clusterDim = {cluster, 1, 1};
-  }
-  cfg.attrs = attr;
-  cfg.numAttrs = n;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...));
-}
-template <class... KArgs, class... Args>
-void launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, bool pdl, cudaStream_t s,
-            Args&&... args) {
-  launch_clusters(kernel, grid, block, smem, pdl, 1, s, std::forward<Args>(args)...);
-}
+// The launchers and PDL helpers live in kernel_util.cuh, shared with the other kernel families.
+using detail::launch;
+using detail::launch_clusters;
+using detail::pdl_enter;
+using detail::pdl_launch_dependents;
+using detail::pdl_wait;
 
 // Lets `kernel` take up to the device's opt-in maximum of dynamic shared memory (once per
 // kernel and device; not a stream operation, so safe during graph capture). Returns that maximum.
@@ -255,6 +219,20 @@ __device__ __forceinline__ void chunked_dot(const uint4* codes, const __half* sc
   }
 }
 
+// Asks L2 for chunks [c_begin, c_end) of one row group and their scales (codes and scales
+// point at the group's first chunk and block): one warp's whole share, before it waits for
+// the previous kernel (weights never depend on it).
+template <class F>
+__device__ __forceinline__ void prefetch_chunks(const uint4* codes, const __half* scales,
+                                                int c_begin, int c_end) {
+  if (c_begin >= c_end) return;
+  prefetch_l2(codes + int64_t(c_begin) * 32, static_cast<uint32_t>(c_end - c_begin) * 512u);
+  if constexpr (F::kChunksPerBlock > 0) {
+    const int b0 = c_begin / F::kChunksPerBlock, b1 = (c_end - 1) / F::kChunksPerBlock;
+    prefetch_l2(scales + int64_t(b0) * 32, static_cast<uint32_t>(b1 - b0 + 1) * 64u);
+  }
+}
+
 // grid (n_groups * parts, ceil(n_tokens / NT)) in clusters of `parts` CTAs along x, block
 // 32 * warps / parts: cluster CTA r runs chunk ranges [r, r + 1) * warps / parts of its group,
 // and every range's sums go to the first CTA's shared memory, which adds them in range order
@@ -276,6 +254,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) chunked_kernel(ChunkedArgs a) 
   const int c_end = min(a.n_chunks, c_begin + a.chunks_per_warp);
   const uint4* codes = a.codes + int64_t(group) * a.n_chunks * 32 + lane;
   const __half* scales = a.scales ? a.scales + int64_t(group) * a.n_blocks * 32 + lane : nullptr;
+  if (lane == 0 && blockIdx.y == 0) prefetch_chunks<F>(codes, scales, c_begin, c_end);
+  pdl_enter();
 
   float acc[NT];
   chunked_dot<F, NT>(
@@ -332,19 +312,19 @@ void chunked_matmul(const GpuMatrix& w, const float* x, int64_t ldx, float* y, i
     a.parts = cluster_parts(groups, warps);
     const dim3 grid(static_cast<unsigned>(groups * a.parts), 1);
     const dim3 part_block(32 * warps / a.parts);
-    const unsigned parts = static_cast<unsigned>(a.parts);
+    const unsigned cluster = a.parts > 1 ? static_cast<unsigned>(a.parts) : 0;
     if (vec) {
-      launch_clusters(&chunked_kernel<F, 1, true>, grid, part_block, 0, false, parts, s, a);
+      launch_clusters(&chunked_kernel<F, 1, true>, grid, part_block, 0, true, cluster, s, a);
     } else {
-      launch_clusters(&chunked_kernel<F, 1, false>, grid, part_block, 0, false, parts, s, a);
+      launch_clusters(&chunked_kernel<F, 1, false>, grid, part_block, 0, true, cluster, s, a);
     }
   } else {
     const dim3 grid(static_cast<unsigned>(groups),
                     static_cast<unsigned>(ceil_div(n_tokens, kBatchTokens)));
     if (vec) {
-      chunked_kernel<F, kBatchTokens, true><<<grid, block, 0, s>>>(a);
+      launch(&chunked_kernel<F, kBatchTokens, true>, grid, block, 0, true, s, a);
     } else {
-      chunked_kernel<F, kBatchTokens, false><<<grid, block, 0, s>>>(a);
+      launch(&chunked_kernel<F, kBatchTokens, false>, grid, block, 0, true, s, a);
     }
   }
   CUDA_CHECK_LAUNCH();
@@ -566,18 +546,15 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
   };
   // This warp's weights of unit u into L2 (lane 0; a hint).
   const auto prefetch_unit = [&](int u) {
-    if (lane != 0 || u >= a.n_units || c_begin >= c_end) return;
+    if (lane != 0 || u >= a.n_units) return;
     int m, group;
     locate(u, m, group);
     for (int ms = 0; ms < n_sub; ++ms) {
       const int mm = n_sub == 2 ? ms : m;
-      prefetch_l2(a.codes[mm] + (int64_t(group) * a.n_chunks + c_begin) * 32,
-                  static_cast<uint32_t>(c_end - c_begin) * 512u);
-      if constexpr (F::kChunksPerBlock > 0) {
-        const int b0 = c_begin / F::kChunksPerBlock, b1 = (c_end - 1) / F::kChunksPerBlock;
-        prefetch_l2(a.scales[mm] + (int64_t(group) * a.n_blocks + b0) * 32,
-                    static_cast<uint32_t>(b1 - b0 + 1) * 64u);
-      }
+      prefetch_chunks<F>(
+          a.codes[mm] + int64_t(group) * a.n_chunks * 32,
+          F::kChunksPerBlock > 0 ? a.scales[mm] + int64_t(group) * a.n_blocks * 32 : nullptr,
+          c_begin, c_end);
     }
   };
 

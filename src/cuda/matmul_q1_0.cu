@@ -559,7 +559,7 @@ template <bool kPlanes>
 __global__ void __launch_bounds__(kQuantizeBlocks * 16)
     q1_quantize_kernel(const float* x, int64_t ldx, int n_in, int n_blocks, int vec, uint32_t* act,
                        ActMeta* meta) {
-  pdl_launch_dependents();  // the GEMV may start loading weights now
+  pdl_enter();  // the GEMV may start loading weights now; x comes from earlier kernels
   __shared__ float4 stage[kQuantizeBlocks * 32];
   const int tok = blockIdx.y, b0 = blockIdx.x * kQuantizeBlocks;
   const int nb = min(kQuantizeBlocks, n_blocks - b0);
@@ -1260,9 +1260,11 @@ void q1_0_quantize(const GpuMatrix& w, const float* x, int64_t ldx, int64_t n_to
   const int vec = aligned16(x) && ldx % 4 == 0;
   const dim3 block(kQuantizeBlocks * 16);
   if (uses_planes(v)) {
-    q1_quantize_kernel<true><<<grid, block, 0, s>>>(x, ldx, n_in, n_blocks, vec, words, meta);
+    launch(&q1_quantize_kernel<true>, grid, block, 0, true, s, x, ldx, n_in, n_blocks, vec, words,
+           meta);
   } else {
-    q1_quantize_kernel<false><<<grid, block, 0, s>>>(x, ldx, n_in, n_blocks, vec, words, meta);
+    launch(&q1_quantize_kernel<false>, grid, block, 0, true, s, x, ldx, n_in, n_blocks, vec, words,
+           meta);
   }
   CUDA_CHECK_LAUNCH();
 }

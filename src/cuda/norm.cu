@@ -35,6 +35,7 @@ __global__ void __launch_bounds__(norm::kMaxNormThreads)
     norm_kernel(DevRows x, DevRows y, const float* __restrict__ w, int chunk, int n_chunks,
                 float eps) {
   __shared__ float sums[norm::kMaxNormThreads / 32];
+  detail::pdl_enter();
   const int64_t r = blockIdx.x / n_chunks;
   const int c0 = (blockIdx.x % n_chunks) * chunk;
   const float* xr = row_ptr(x, r) + c0;
@@ -66,8 +67,8 @@ void launch_norm(const char* op, bool rms, DevRows x, DevRows y, const float* w,
   if (chunk > INT32_MAX / 2) fail("cuda {}: chunk {} too large", op, chunk);
   const int threads = norm::norm_threads(static_cast<int>(chunk));
   const auto kernel = rms ? norm_kernel<true> : norm_kernel<false>;
-  kernel<<<static_cast<unsigned>(blocks), threads, 0, s>>>(x, y, w, static_cast<int>(chunk),
-                                                           static_cast<int>(n_chunks), eps);
+  detail::launch(kernel, static_cast<unsigned>(blocks), threads, 0, true, s, x, y, w,
+                 static_cast<int>(chunk), static_cast<int>(n_chunks), eps);
   CUDA_CHECK_LAUNCH();
 }
 

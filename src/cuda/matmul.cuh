@@ -51,6 +51,15 @@ __device__ __forceinline__ void bar_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
+// A CTA may touch another's shared memory in its cluster only once that CTA has started: every
+// CTA arrives at entry and waits before its first remote access (by then the wait is free).
+__device__ __forceinline__ void cluster_arrive() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+}
+
 // Asks the memory system to bring [p, p + bytes) into L2 (sm_90 bulk prefetch: one instruction
 // for a contiguous range, no registers, no completion to wait for). p 16-byte aligned, bytes a
 // multiple of 16. A hint: correctness never depends on it.
@@ -107,10 +116,18 @@ void check_matmul_args(const GpuMatrix& w, const float* x, int64_t ldx, const fl
 // Tokens per pass of the batched kernel: each decoded chunk is used NT times.
 constexpr int kBatchTokens = 8;
 constexpr int kMaxWarps = 16;
-// Chunks each warp has in flight (16-byte loads per lane before the first use).
-constexpr int kChunkUnroll = 4;
-// The warps of a row group split n_in into ranges of at least this many chunks (two rounds of
-// kChunkUnroll loads), at most kMaxWarps ranges.
+// Chunks each warp has in flight (16-byte loads per lane before the first use) when it works
+// for NT tokens. A warp's range is a chain of rounds, each waiting for its loads: one token
+// has registers to spare for more loads per round, and the few-group launches (Bonsai's
+// 48-row beta and alpha: 40 chunks per warp) are bound by the number of rounds. The unroll
+// does not change the arithmetic (chunks are added in order either way). Measured on the H200
+// (2026-12-01, all rungs, beta and alpha 4 CTAs of 16 warps): 4 -> 8 no change (227.2 ->
+// 226.5 tok/s), 4 -> 16 233.5.
+__host__ __device__ constexpr int chunk_unroll(int nt) {
+  return nt == 1 ? 16 : 4;
+}
+// The warps of a row group split n_in into ranges of at least this many chunks, at most
+// kMaxWarps ranges.
 constexpr int kMinChunksPerWarp = 8;
 
 // Warps per row group (= ranges of n_in summed separately, then added in warp order). A
@@ -127,9 +144,10 @@ __host__ __device__ constexpr int chunked_warps(int n_chunks) {
 // cluster; the portable limit is 8): doubled while it divides the ranges and the grid of
 // `units` such clusters stays within the SMs. A few row groups (Bonsai's 48-row beta and alpha:
 // 2 each) would otherwise run on as many SMs, each issuing every instruction of 16 warps.
-// Measured on the H200 (2026-11-30): the fused GEMV split the same way (each CTA then staging
-// p(x) with 2 warps) took decode from 219.3 to 205.7 tok/s, so the fused kernel keeps whole row
-// groups per CTA.
+// Measured on the H200: the fused GEMV split the same way took decode from 219.3 to 205.7
+// tok/s (2026-11-30, each CTA staging p(x) with 2 warps), and with the norm's virtual warps
+// shared over the cluster and each CTA staging only its ranges' elements, 236.0 to 234.4
+// (2026-12-01): the fused kernel keeps whole row groups per CTA.
 int cluster_parts(int64_t units, int warps);
 
 struct ChunkedArgs {
@@ -182,14 +200,15 @@ __device__ __forceinline__ void chunked_dot(const uint4* codes, const __half* sc
   constexpr int kSubs = F::kElems / kSub;
 #pragma unroll
   for (int n = 0; n < NT; ++n) acc[n] = 0.0f;
-  for (int c0 = c_begin; c0 < c_end; c0 += kChunkUnroll) {
-    uint4 chunk[kChunkUnroll];
+  constexpr int kUnroll = chunk_unroll(NT);
+  for (int c0 = c_begin; c0 < c_end; c0 += kUnroll) {
+    uint4 chunk[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kChunkUnroll; ++u) {
+    for (int u = 0; u < kUnroll; ++u) {
       if (c0 + u < c_end) chunk[u] = ld_stream(codes + int64_t(c0 + u) * 32);
     }
 #pragma unroll
-    for (int u = 0; u < kChunkUnroll; ++u) {
+    for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + u;
       if (c >= c_end) break;
       float d = 1.0f;
@@ -254,6 +273,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) chunked_kernel(ChunkedArgs a) 
   const int c_end = min(a.n_chunks, c_begin + a.chunks_per_warp);
   const uint4* codes = a.codes + int64_t(group) * a.n_chunks * 32 + lane;
   const __half* scales = a.scales ? a.scales + int64_t(group) * a.n_blocks * 32 + lane : nullptr;
+  if (a.parts > 1) cluster_arrive();
   if (lane == 0 && blockIdx.y == 0) prefetch_chunks<F>(codes, scales, c_begin, c_end);
   pdl_enter();
 
@@ -265,6 +285,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) chunked_kernel(ChunkedArgs a) 
       },
       acc);
 
+  if (a.parts > 1) cluster_wait();
   float* first = a.parts > 1 ? cluster.map_shared_rank(&red[0][0][0], 0) : &red[0][0][0];
 #pragma unroll
   for (int n = 0; n < NT; ++n) first[(range * NT + n) * 32 + lane] = acc[n];

@@ -59,7 +59,8 @@ __device__ __forceinline__ float silu(float x) {
 }
 
 // Programmatic dependent launch (sm_90). Every kernel of a decode step is launched with the
-// programmatic-serialization attribute, so it may start before the previous kernel in the
+// programmatic-serialization attribute (all but the null-dispatch empty kernel, which prices a
+// plain dispatch), so it may start before the previous kernel in the
 // stream has finished: its CTAs become resident and wait in pdl_wait() while the previous
 // kernel runs, which hides the launch latency of each of the step's ~500-1900 dispatches.
 // As each kernel lets its dependents start at entry, several earlier kernels may still be

@@ -3,7 +3,8 @@
 # as build-cuda/) — op checks, backend tests, the GEMV lab, the benchmark — with full logs in
 # $OUT and a short summary last. Steps are chosen by name: scripts/device.sh ops tests lab bench
 # (also: ncu [the one-launch GEMV's stall reasons per SASS line], profile [every kernel's
-# time in decode steps, one at a time under ncu], opsperf, ladder, benchladder,
+# time in decode steps, one at a time under ncu], timeline and timelinebase [gdn bench
+# --timeline, all exact rungs / baseline + graphs], timelinetests, opsperf, ladder, benchladder,
 # nulls, benchbase [baseline granularity + graphs], prevbench and prevbenchbase [bench and
 # benchbase with a carried gdn_prev], benchnographs, compare, comparef32)
 set -uo pipefail
@@ -63,6 +64,9 @@ for s in "${steps[@]}"; do
       run_step ncu-details ncu --import "$out/gemv.ncu-rep" --page details
       run_step ncu-source ncu --import "$out/gemv.ncu-rep" --page source --print-source sass ;;
     bench) run_step bench "$bin/src/app/gdn" bench -r 3 --rounds 2 ;;
+    timeline) run_step timeline "$bin/src/app/gdn" bench --timeline -n 16 ;;
+    timelinebase) run_step timelinebase "$bin/src/app/gdn" bench --timeline -n 16 --rungs graphs ;;
+    timelinetests) run_step timelinetests "$bin/tests/test_cuda_backend" --gtest_filter='CudaTimeline.*' ;;
     benchbase) run_step benchbase "$bin/src/app/gdn" bench -p 0 -r 3 --rounds 2 --rungs graphs ;;
     # The same two benchmarks with gdn_prev (a build of an earlier commit, carried beside gdn in
     # the tarball): a change and its baseline measured side by side in one call.

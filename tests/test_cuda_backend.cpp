@@ -2,12 +2,15 @@
 // skipped with a message (never passed silently).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "cpu/cpu_executor.h"
+#include "cuda/check.h"
 #include "cuda/cuda_executor.h"
 #include "cuda/device.h"
 #include "cuda/op_check.h"
+#include "cuda/timeline.h"
 #include "hf_fixture.h"
 #include "model/weights.h"
 #include "synth/synth.h"
@@ -156,6 +159,69 @@ TEST(CudaSlots, SnapshotAndRollbackMatchCpu) {
   ex.forward(branch, 0, false, a);
   ex.forward(branch, 1, false, again);
   EXPECT_EQ(a, again);  // same kernels on the same state: bit-identical
+}
+
+// Armed, every kernel stamps once as its wait returns, in stream order; disarmed, none does;
+// only one timeline may be armed at a time.
+TEST(CudaTimeline, EveryKernelStampsOnceInStreamOrder) {
+  REQUIRE_GPU();
+  const int64_t n = 4096;
+  cuda::DeviceBuffer x(n * sizeof(float)), y(n * sizeof(float));
+  CUDA_CHECK(cudaMemset(x.get(), 0, x.bytes()));
+  const cuda::DevRows xv{x.as<float>(), 1, n, n}, yv{y.as<float>(), 1, n, n};
+  cuda::unary(cpu::Unary::Sigmoid, xv, yv, nullptr);  // disarmed: no stamp anywhere
+  std::vector<uint64_t> t;
+  {
+    cuda::Timeline armed(16);
+    EXPECT_THROW(cuda::Timeline(4), Error);
+    for (int i = 0; i < 3; ++i) cuda::unary(cpu::Unary::Sigmoid, xv, yv, nullptr);
+    t = armed.stamps();
+  }
+  ASSERT_EQ(t.size(), 3u);
+  EXPECT_LE(t[0], t[1]);
+  EXPECT_LE(t[1], t[2]);
+  cuda::unary(cpu::Unary::Sigmoid, xv, yv, nullptr);
+  cuda::Timeline again(16);
+  EXPECT_TRUE(again.stamps().empty());
+}
+
+// A decode token's timeline covers every step that launches kernels but the last (no stamp
+// follows it), with and without graphs, and runs the token like forward() does.
+TEST(CudaTimeline, ADecodeTokenIsAttributedToItsSteps) {
+  REQUIRE_GPU();
+  synth::Options o;
+  o.type = quant::Type::Q1_0;
+  auto mem = synth::make_in_memory(synth::preset("tiny"), o);
+  const model::Program p = model::build_forward(mem->model, 1, false);
+  const size_t kernel_steps =
+      static_cast<size_t>(std::count_if(p.steps.begin(), p.steps.end(), [](const model::Step& s) {
+        return s.op != model::Op::Embed;
+      }));
+  for (bool graphs : {true, false}) {
+    runtime::ExecutorOptions opts = kOpts;
+    if (!graphs) opts.rungs = opts.rungs.without(model::Rung::Graphs);
+    cuda::CudaExecutor ex(mem->model, opts), plain(mem->model, opts);
+    std::vector<float> logits;
+    const std::vector<int32_t> prompt = {5, 6, 7};
+    ex.forward(prompt, 0, false, logits);
+    plain.forward(prompt, 0, false, logits);
+    const int32_t id = 42;
+    const std::vector<runtime::StepTime> steps = ex.timeline(std::span(&id, 1), 0);
+    ASSERT_EQ(steps.size(), kernel_steps - 1) << "graphs " << graphs;
+    double total = 0.0;
+    for (const runtime::StepTime& st : steps) {
+      EXPECT_GE(st.launches, 1) << st.kind;
+      EXPECT_GE(st.us, 0.0) << st.kind;
+      total += st.us;
+    }
+    EXPECT_GT(total, 0.0);
+    EXPECT_EQ(ex.n_past(0), 4);
+    std::vector<float> next, plain_next;
+    ex.forward(std::span(&id, 1), 0, false, next);
+    plain.forward(std::span(&id, 1), 0, false, plain_next);
+    plain.forward(std::span(&id, 1), 0, false, plain_next);
+    EXPECT_EQ(next, plain_next);  // the timed token advanced the slot like a plain one
+  }
 }
 
 }  // namespace

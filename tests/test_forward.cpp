@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+
+#include <fmt/format.h>
 
 #include "common/error.h"
 #include "cpu/cpu_executor.h"
@@ -125,6 +128,43 @@ TEST(Program, BaselineGranularityIsCounted) {
   std::vector<float> out;
   ex.forward(std::span(kIds).first(1), 0, false, out);
   EXPECT_EQ(ex.last_dispatches(), int64_t(p.steps.size()));
+}
+
+// A step's kind names what it does without its layer, so the same work in every layer sums
+// into one row of gdn bench --timeline.
+TEST(Program, StepKindsNameTheWorkNotTheLayer) {
+  auto m = tiny(quant::Type::Q8_0);
+  const model::Program p = model::build_forward(m->model, 1, false);
+  const auto kind_of = [&](model::Op op, int nth) {
+    for (const model::Step& s : p.steps) {
+      if (s.op == op && nth-- == 0) return model::step_kind(s);
+    }
+    return std::string("(none)");
+  };
+  const auto& hp = m->model.hp;
+  const int64_t n_qkvzba = 2 * hp.ssm_n_k_heads * hp.ssm_d_state +
+                           2 * hp.ssm_n_v_heads * hp.ssm_d_state + 2 * hp.ssm_n_v_heads;
+  // The synthetic model keeps beta and alpha in bf16, as Bonsai's file does.
+  EXPECT_EQ(kind_of(model::Op::MatMulFused, 0),
+            fmt::format("mat_mul_fused attn_qkv+attn_gate+ssm_beta+ssm_alpha q8_0+bf16 {}->{} "
+                        "rms_norm/store",
+                        hp.n_embd, n_qkvzba));
+  EXPECT_EQ(kind_of(model::Op::GdnRecurrence, 0), kind_of(model::Op::GdnRecurrence, 1));
+  EXPECT_EQ(kind_of(model::Op::GdnRecurrence, 0),
+            "gdn_recurrence state-in-slot state-out-slot +gating +l2norm");
+  EXPECT_EQ(kind_of(model::Op::Embed, 0), "embed");
+}
+
+TEST(Program, TheCpuBackendHasNoTimeline) {
+  auto m = tiny(quant::Type::Q8_0);
+  cpu::CpuExecutor ex(m->model, {.n_slots = 1, .n_ctx = 8, .n_threads = 1});
+  try {
+    ex.timeline(std::span(kIds).first(1), 0);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cpu backend has no dispatch timeline"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // gdn bench: prefill (pp) and decode (tg) speed, like llama-bench, with the bytes a decode
 // token must move and the dispatches the executor counted; --ladder compares the rungs
-// (model/rungs.h), --null-dispatches prices a dispatch.
+// (model/rungs.h), --null-dispatches prices a dispatch, --timeline says where a decode
+// token's time goes.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -28,6 +29,7 @@ struct BenchArgs {
   bool ladder = false;
   std::vector<int> null_dispatches;
   bool verbose = false;
+  bool timeline = false;
 };
 
 // One configuration of the executor: a set of rungs and a count of injected empty dispatches.
@@ -213,6 +215,53 @@ int run_null_dispatches(runtime::Executor& ex, const BenchArgs& a, int64_t n_voc
   return 0;
 }
 
+// --timeline: where a decode token's time goes, by step kind (cuda/timeline.h). A short
+// prompt first gives attention a context and one untimed token builds and captures the
+// program; then each of the n_gen decode tokens runs with the timeline armed. A kind's time
+// is its steps' time summed over a token, averaged over the tokens.
+int run_timeline(runtime::Executor& ex, const BenchArgs& a, int64_t n_vocab) {
+  constexpr int kContext = 16;
+  const int n = std::max(1, a.n_gen);
+  const std::vector<int32_t> ids = bench_ids(kContext + 1 + n, n_vocab);
+  const auto one = [&](int i) { return std::span<const int32_t>(&ids[static_cast<size_t>(i)], 1); };
+  std::vector<float> logits;
+  ex.reset_slot(0);
+  ex.forward(std::span<const int32_t>(ids.data(), kContext), 0, false, logits);
+  ex.forward(one(kContext), 0, false, logits);
+  struct Kind {
+    std::string name;
+    double us = 0.0;
+    int steps = 0, launches = 0;
+  };
+  std::vector<Kind> kinds;
+  double total = 0.0;
+  for (int i = 0; i < n; ++i) {
+    for (const runtime::StepTime& st : ex.timeline(one(kContext + 1 + i), 0)) {
+      auto it =
+          std::find_if(kinds.begin(), kinds.end(), [&](auto& k) { return k.name == st.kind; });
+      if (it == kinds.end()) it = kinds.insert(kinds.end(), Kind{st.kind});
+      it->us += st.us;
+      it->steps += 1;
+      it->launches += st.launches;
+      total += st.us;
+    }
+  }
+  std::stable_sort(kinds.begin(), kinds.end(), [](auto& x, auto& y) { return x.us > y.us; });
+  fmt::print(
+      "decode token at position {}, {} tokens: {:.1f} µs per token timed (every step but the "
+      "last: no kernel start follows it)\n",
+      kContext + 1, n, total / n);
+  fmt::print(
+      "| step kind | steps/token | launches/token | µs/token | µs/step | % of timed |\n"
+      "|---|---:|---:|---:|---:|---:|\n");
+  for (const Kind& k : kinds) {
+    fmt::print("| {} | {:.0f} | {:.0f} | {:.1f} | {:.2f} | {:.1f}% |\n", k.name,
+               double(k.steps) / n, double(k.launches) / n, k.us / n, k.us / k.steps,
+               100.0 * k.us / total);
+  }
+  return 0;
+}
+
 int run_bench(const BenchArgs& a) {
   // The main job: with no model given, a synthetic Bonsai-27B Q1_0 on a GPU, tiny on a CPU.
   const std::string backend = runtime::resolve_backend(a.model.backend);
@@ -227,6 +276,7 @@ int run_bench(const BenchArgs& a) {
     if (a.n_gen <= 0) fail("--null-dispatches needs a tg test (-n > 0)");
     return run_null_dispatches(ex, a, V);
   }
+  if (a.timeline) return run_timeline(ex, a, V);
   std::vector<Test> tests;
   if (a.n_prompt > 0) tests.push_back({fmt::format("pp{}", a.n_prompt), true, a.n_prompt});
   if (a.n_gen > 0) tests.push_back({fmt::format("tg{}", a.n_gen), false, a.n_gen});
@@ -323,6 +373,9 @@ Run add_bench(CLI::App& app) {
                  "the wall cost per dispatch, with and without graphs")
       ->delimiter(',');
   app.add_flag("-v,--verbose", a->verbose, "dispatches per token by op kind");
+  app.add_flag("--timeline", a->timeline,
+               "where a decode token's time goes: every kernel stamps the GPU clock as it "
+               "starts, time summed by step kind over -n tokens (CUDA)");
   return [a] { return run_bench(*a); };
 }
 

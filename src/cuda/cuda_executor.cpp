@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "cuda/check.h"
+#include "cuda/timeline.h"
 #include "quant/quant.h"
 
 namespace gdn::cuda {
@@ -146,6 +147,7 @@ CudaExecutor::ProgramMem& CudaExecutor::program(int64_t n_tokens, bool all_logit
     for (const model::BufferSpec& b : pm.program->buffers) {
       pm.buffers.emplace_back(size_t(b.rows * b.cols) * sizeof(float));
     }
+    pm.launches.assign(pm.program->steps.size(), -1);
   }
   return pm;
 }
@@ -242,7 +244,43 @@ const float* CudaExecutor::vec(const std::vector<float>* v) const {
 
 void CudaExecutor::step(const model::Step& s, ProgramMem& pm, std::span<const int32_t> ids,
                         Slot& slot, runtime::DispatchCount& count) {
-  count.add(s.op, launch(s, pm, ids, slot));
+  const int n = launch(s, pm, ids, slot);
+  pm.launches[static_cast<size_t>(&s - pm.program->steps.data())] = n;
+  count.add(s.op, n);
+}
+
+std::vector<runtime::StepTime> CudaExecutor::timeline(std::span<const int32_t> ids, int slot) {
+  ProgramMem& pm = program(static_cast<int64_t>(ids.size()), false);
+  const std::vector<model::Step>& steps = pm.program->steps;
+  std::vector<uint64_t> t;
+  {
+    Timeline armed(static_cast<unsigned>(8 * steps.size() + 64));
+    std::vector<float> logits;
+    forward(ids, slot, false, logits);
+    t = armed.stamps();
+  }
+  // Kernels that stamp: the embedding is a host copy and the null dispatches are plain empty
+  // kernels (they price a dispatch without PDL), so neither does.
+  std::vector<size_t> first;  // per step that stamps: index of its first stamp
+  std::vector<size_t> which;
+  size_t n_stamped = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (pm.launches[i] < 0) fail("timeline: step {} did not run", i);
+    if (steps[i].op == Op::Embed || steps[i].op == Op::Null || pm.launches[i] == 0) continue;
+    first.push_back(n_stamped);
+    which.push_back(i);
+    n_stamped += static_cast<size_t>(pm.launches[i]);
+  }
+  if (n_stamped != t.size()) {
+    fail("timeline: {} kernels stamped, the program launched {}", t.size(), n_stamped);
+  }
+  std::vector<runtime::StepTime> out;
+  for (size_t j = 0; j + 1 < which.size(); ++j) {
+    const model::Step& st = steps[which[j]];
+    out.push_back({model::step_kind(st), st.op, pm.launches[which[j]],
+                   1e-3 * double(static_cast<int64_t>(t[first[j + 1]] - t[first[j]]))});
+  }
+  return out;
 }
 
 // Returns the kernel launches (dispatches) the step made.

@@ -33,6 +33,7 @@ class CudaExecutor : public runtime::Executor {
   void reset_slot(int slot) override;
   void copy_slot(int src, int dst) override;
   void set_rungs(model::Rungs rungs) override;
+  std::vector<runtime::StepTime> timeline(std::span<const int32_t> ids, int slot) override;
 
   // Bytes of weights resident on the GPU.
   size_t weight_bytes() const { return weight_bytes_; }
@@ -47,6 +48,7 @@ class CudaExecutor : public runtime::Executor {
   struct ProgramMem {
     std::unique_ptr<model::Program> program;
     std::vector<DeviceBuffer> buffers;
+    std::vector<int> launches;  // per step, once it ran (or was captured); -1 before
   };
 
   const Slot& slot_at(int slot) const;

@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "cuda/check.h"
 #include "cuda/kernels.h"
+#include "cuda/timeline.h"
 
 namespace gdn::cuda::detail {
 
@@ -67,8 +68,10 @@ __device__ __forceinline__ float silu(float x) {
 // running: before pdl_wait() a kernel reads only what no kernel writes (weights). A kernel
 // completes only after its pdl_wait() returned, so its completion implies its predecessors'.
 // Without the attribute both are no-ops.
+__device__ __forceinline__ void timeline_stamp();
 __device__ __forceinline__ void pdl_wait() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
+  timeline_stamp();
 }
 // Lets the next kernel (if launched with the attribute) start now; it still waits in pdl_wait()
 // for this grid to finish and flush.
@@ -83,6 +86,37 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 __device__ __forceinline__ void pdl_enter() {
   pdl_launch_dependents();
   pdl_wait();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The dispatch timeline (cuda/timeline.h): where the decode token's time goes in the pipeline,
+// which isolated kernel timings cannot tell once PDL overlaps every launch with its
+// predecessor. When armed, thread 0 of CTA 0 of every kernel stamps %globaltimer as its
+// pdl_wait() returns, i.e. once everything before it has finished: consecutive stamps bound
+// one kernel's share of the token. Disarmed it costs every thread one compare (and thread 0 of
+// CTA 0 one load).
+//
+// The buffer pointer is a per-translation-unit __device__ variable (the library is not built
+// with relocatable device code, so each .cu file has its own copy): the anonymous namespace
+// below gives every .cu file that includes this header its copy and a setter, registered at
+// static initialisation so that set_timeline() arms them all.
+namespace {
+__device__ TimelineBuffer* g_timeline = nullptr;
+cudaError_t set_timeline_here(TimelineBuffer* buf) {
+  return cudaMemcpyToSymbol(g_timeline, &buf, sizeof buf);
+}
+[[maybe_unused]] const bool g_timeline_registered = register_timeline_setter(&set_timeline_here);
+}  // namespace
+
+__device__ __forceinline__ void timeline_stamp() {
+  if ((threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) != 0) return;
+  TimelineBuffer* const buf = g_timeline;
+  if (buf == nullptr) return;
+  const unsigned i = atomicAdd(&buf->count, 1u);
+  if (i >= buf->cap) return;  // counted, not stored: the host reports the overflow
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  buf->stamp[i] = t;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "quant/types.h"
 
 namespace gdn::model {
 
@@ -66,6 +67,50 @@ int Step::n_mats() const {
   int n = 0;
   while (n < static_cast<int>(mats.size()) && mats[static_cast<size_t>(n)]) ++n;
   return n;
+}
+
+namespace {
+
+// "blk.3.attn_qkv.weight" -> "attn_qkv": the matrix's role in any layer.
+std::string_view matrix_role(std::string_view name) {
+  if (name.starts_with("blk.")) {
+    const size_t dot = name.find('.', 4);
+    if (dot != std::string_view::npos) name.remove_prefix(dot + 1);
+  }
+  if (name.ends_with(".weight")) name.remove_suffix(7);
+  return name;
+}
+
+}  // namespace
+
+std::string step_kind(const Step& s) {
+  std::string k = op_name(s.op);
+  if (s.w) {
+    k += fmt::format(" {} {} {}->{}", matrix_role(s.w->name), quant::type_info(s.w->type).name,
+                     s.w->n_in, s.w->n_out);
+  }
+  const int n = s.n_mats();
+  if (n > 0) {
+    int64_t n_out = 0;
+    std::string types;
+    for (int i = 0; i < n; ++i) {
+      const Matrix& m = *s.mats[static_cast<size_t>(i)];
+      k += fmt::format("{}{}", i == 0 ? " " : "+", matrix_role(m.name));
+      n_out += m.n_out;
+      const std::string_view t = quant::type_info(m.type).name;
+      if (types.find(t) == std::string::npos)
+        types += fmt::format("{}{}", types.empty() ? "" : "+", t);
+    }
+    k += fmt::format(" {} {}->{} {}/{}", types, s.mats[0]->n_in, n_out, prologue_name(s.prologue),
+                     epilogue_name(s.epilogue));
+  }
+  if (s.op == Op::GdnRecurrence) {
+    k += fmt::format("{}{}{}{}", s.state_in_slot ? " state-in-slot" : "",
+                     s.state_out_slot ? " state-out-slot" : "", s.fuse_gating ? " +gating" : "",
+                     s.fuse_l2norm ? " +l2norm" : "");
+  }
+  if (s.fuse_silu) k += " +silu";
+  return k;
 }
 
 namespace {

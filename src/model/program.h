@@ -99,6 +99,13 @@ struct Step {
   int n_mats() const;
 };
 
+// What a step does, without its layer: "mat_mul output q1_0 5120->248320", "mat_mul_fused
+// attn_qkv+attn_gate+ssm_beta+ssm_alpha q1_0+bf16 5120->16480 rms_norm/store",
+// "gdn_recurrence state-in-slot ...".
+// Steps of the same kind in different layers do the same work (gdn bench --timeline sums
+// their time).
+std::string step_kind(const Step& s);
+
 struct Program {
   int64_t n_tokens = 0;
   bool all_logits = true;  // logits for every token, or for the last only

@@ -46,6 +46,15 @@ struct DispatchCount {
   }
 };
 
+// One program step's share of a forward pass, from the dispatch timeline (a step's first
+// kernel starting to the next step's first kernel starting, once their predecessors finished).
+struct StepTime {
+  std::string kind;  // model::step_kind
+  model::Op op;
+  int launches = 0;
+  double us = 0.0;
+};
+
 class Executor {
  public:
   virtual ~Executor() = default;
@@ -63,6 +72,13 @@ class Executor {
   // kept per configuration). Changing the recurrent state's storage type resets every slot.
   // Throws gdn::Error for contradictory rungs.
   virtual void set_rungs(model::Rungs rungs) = 0;
+  // Runs one forward like forward() and returns where its time went, step by step, for every
+  // step but the last (no stamp follows it). Backends without a timeline refuse.
+  virtual std::vector<StepTime> timeline(std::span<const int32_t> ids, int slot) {
+    (void)ids;
+    (void)slot;
+    fail("the {} backend has no dispatch timeline", name());
+  }
   model::Rungs rungs() const { return build_.rungs; }
   // Empty dispatches appended to every decode step from the next forward on.
   void set_null_dispatches(int n) {

@@ -242,7 +242,7 @@ void rope(DevRows x, int64_t head_dim, int64_t n_rot, float theta, Pos pos, cuda
   }
   const int64_t n_head = x.cols / head_dim, pairs = x.rows * n_head * (n_rot / 2);
   const unsigned blocks = static_cast<unsigned>(
-      std::min<int64_t>(detail::ceil_div(pairs, kRopeThreads), 32 * detail::sm_count()));
+      std::min<int64_t>(detail::ceil_div(pairs, kRopeThreads), 32 * sm_count()));
   detail::launch(&rope_kernel, blocks, kRopeThreads, 0, true, s, x, static_cast<int>(head_dim),
                  static_cast<int>(n_rot), static_cast<int>(n_head), theta, pos0, pos.device);
   CUDA_CHECK_LAUNCH();
@@ -278,7 +278,7 @@ void attention(DevRows q, const float* k_cache, const float* v_cache, DevRows ou
   // The key split: doubled while the grid is under two CTAs per SM and every CTA keeps at
   // least kMinSplitKeys of the longest row's keys.
   const int64_t pairs = q.rows * n_head, max_kv = pos.plan() + q.rows;
-  const int64_t min_ctas = 2 * int64_t(detail::sm_count());
+  const int64_t min_ctas = 2 * int64_t(sm_count());
   int split = 1;
   while (split < kMaxSplit && pairs * split < min_ctas && max_kv >= 2 * split * kMinSplitKeys) {
     split *= 2;

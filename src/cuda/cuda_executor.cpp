@@ -1,5 +1,7 @@
 #include "cuda/cuda_executor.h"
 
+#include <algorithm>
+
 #include "common/error.h"
 #include "cuda/check.h"
 #include "cuda/timeline.h"
@@ -15,6 +17,8 @@ CudaExecutor::CudaExecutor(const model::Model& model, const runtime::ExecutorOpt
   if (opts.n_slots <= 0) fail("cuda executor: n_slots must be positive, got {}", opts.n_slots);
   if (opts.n_ctx <= 0) fail("cuda executor: n_ctx must be positive, got {}", opts.n_ctx);
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
   pos_dev_ = DeviceBuffer(sizeof(int32_t));
   upload_weights();
   slots_.resize(static_cast<size_t>(opts.n_slots));
@@ -23,6 +27,9 @@ CudaExecutor::CudaExecutor(const model::Model& model, const runtime::ExecutorOpt
 
 CudaExecutor::~CudaExecutor() {
   for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g.exec);
+  for (cudaEvent_t e : join_events_) cudaEventDestroy(e);
+  if (fork_) cudaEventDestroy(fork_);
+  if (side_) cudaStreamDestroy(side_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -168,6 +175,7 @@ void CudaExecutor::forward(std::span<const int32_t> ids, int slot, bool all_logi
     run_graph(pm, T, all_logits, slot, ids, s);
   } else {
     for (const model::Step& st : pm.program->steps) step(st, pm, ids, s, last_count_);
+    join_all();
   }
   const model::BufferSpec& out = pm.program->buffers[static_cast<size_t>(pm.program->logits)];
   logits.resize(static_cast<size_t>(out.rows * out.cols));
@@ -198,8 +206,11 @@ void CudaExecutor::run_graph(ProgramMem& pm, int64_t T, bool all_logits, int slo
     runtime::DispatchCount captured;
     try {
       for (size_t i = 1; i < steps.size(); ++i) step(steps[i], pm, ids, s, captured);
+      join_all();  // a capture must end with every forked branch joined
     } catch (...) {
       capturing_ = false;
+      pending_.clear();
+      side_launches_ = 0;
       cudaGraph_t broken = nullptr;
       cudaStreamEndCapture(stream_, &broken);
       if (broken) cudaGraphDestroy(broken);
@@ -244,6 +255,7 @@ const float* CudaExecutor::vec(const std::vector<float>* v) const {
 
 void CudaExecutor::step(const model::Step& s, ProgramMem& pm, std::span<const int32_t> ids,
                         Slot& slot, runtime::DispatchCount& count) {
+  join_touching(s);
   const int n = launch(s, pm, ids, slot);
   pm.launches[static_cast<size_t>(&s - pm.program->steps.data())] = n;
   count.add(s.op, n);
@@ -421,7 +433,13 @@ int CudaExecutor::recurrence(const model::Step& s, ProgramMem& pm, Slot& slot) {
 }
 
 // One launch per kernel family among the step's matrices (Bonsai's qkv+z are Q1_0, beta+alpha
-// BF16: two launches). An epilogue that combines matrices needs them in one launch.
+// BF16: two launches). An epilogue that combines matrices needs them in one launch. With
+// several families (Store: independent outputs of one input) the family with the most rows
+// runs on the main stream and the others on the side stream, concurrently: serialised, the
+// 48-row beta+alpha GEMV added ~10 us to each GDN layer's ~9 us qkv+z GEMV (gdn bench
+// --timeline, H200, 2026-12-01). The main launch leaves the side launches' SMs free, so that
+// none of its persistent CTAs waits behind them. Which CTA computes a row does not change its
+// arithmetic, so the outputs are the serial launches' bits.
 int CudaExecutor::fused_matmul(const model::Step& s, ProgramMem& pm) {
   const int n = s.n_mats();
   const DevRows x = view(pm, s.in[0]);
@@ -434,21 +452,28 @@ int CudaExecutor::fused_matmul(const model::Step& s, ProgramMem& pm) {
   base.norm = s.vec ? vec(s.vec) : nullptr;
   base.head_dim = s.head_dim;
   base.eps = s.eps;
-  int launches = 0;
+  std::vector<FusedGemv> families;
+  std::vector<std::vector<size_t>> members;  // the step's matrix indices of each family
+  std::vector<int64_t> rows;
   std::vector<bool> done(static_cast<size_t>(n), false);
   for (int i = 0; i < n; ++i) {
     if (done[static_cast<size_t>(i)]) continue;
     FusedGemv f = base;
+    members.emplace_back();
+    rows.push_back(0);
     const int family = fused_family(matrix(s.mats[static_cast<size_t>(i)]).type);
     for (int j = i; j < n; ++j) {
-      const GpuMatrix& w = matrix(s.mats[static_cast<size_t>(j)]);
-      if (done[static_cast<size_t>(j)] || fused_family(w.type) != family) continue;
-      done[static_cast<size_t>(j)] = true;
+      const size_t k = static_cast<size_t>(j);
+      const GpuMatrix& w = matrix(s.mats[k]);
+      if (done[k] || fused_family(w.type) != family) continue;
+      done[k] = true;
       f.w[f.n] = &w;
-      f.y[f.n] = s.epilogue == model::Epilogue::Store
-                     ? view(pm, s.mouts[static_cast<size_t>(j)]).data
-                     : (f.n == 0 ? view(pm, s.mouts[0]).data : nullptr);
+      f.y[f.n] = s.epilogue == model::Epilogue::Store ? view(pm, s.mouts[k]).data
+                                                      : (f.n == 0 ? view(pm, s.mouts[0]).data
+                                                                  : nullptr);
       ++f.n;
+      members.back().push_back(k);
+      rows.back() += w.n_out;
     }
     if (f.n != n && s.epilogue != model::Epilogue::Store) {
       fail(
@@ -456,10 +481,60 @@ int CudaExecutor::fused_matmul(const model::Step& s, ProgramMem& pm) {
           "kernel family ({} has {} of {})",
           s.mats[0]->name, f.n, n);
     }
-    matmul_fused(f, stream_);
-    ++launches;
+    families.push_back(f);
   }
-  return launches;
+  const size_t main = static_cast<size_t>(std::max_element(rows.begin(), rows.end()) -
+                                          rows.begin());
+  if (families.size() > 1) {
+    CUDA_CHECK(cudaEventRecord(fork_, stream_));
+    CUDA_CHECK(cudaStreamWaitEvent(side_, fork_, 0));
+    for (size_t i = 0; i < families.size(); ++i) {
+      if (i == main) continue;
+      families[main].spare_sms += static_cast<int>(matmul_fused(families[i], side_));
+      const size_t ev = side_launches_++;
+      if (ev == join_events_.size()) {
+        join_events_.emplace_back();
+        CUDA_CHECK(cudaEventCreateWithFlags(&join_events_.back(), cudaEventDisableTiming));
+      }
+      CUDA_CHECK(cudaEventRecord(join_events_[ev], side_));
+      // What it writes, and what it reads (a later step must not overwrite its input early).
+      for (size_t k : members[i]) pending_.push_back(s.mouts[k]);
+      for (const model::View& in : s.in) pending_.push_back(in);
+    }
+  }
+  matmul_fused(families[main], stream_);
+  return static_cast<int>(families.size());
+}
+
+namespace {
+
+bool overlaps(const model::View& a, const model::View& b) {
+  return a.valid() && b.valid() && a.buf == b.buf && a.col < b.col + b.width &&
+         b.col < a.col + a.width;
+}
+
+}  // namespace
+
+void CudaExecutor::join_touching(const model::Step& s) {
+  const auto touches = [&](const model::View& v) {
+    if (overlaps(v, s.out) || overlaps(v, s.out2)) return true;
+    for (const model::View& i : s.in) {
+      if (overlaps(v, i)) return true;
+    }
+    for (const model::View& o : s.mouts) {
+      if (overlaps(v, o)) return true;
+    }
+    return false;
+  };
+  if (std::any_of(pending_.begin(), pending_.end(), touches)) join_all();
+}
+
+void CudaExecutor::join_all() {
+  for (size_t ev = 0; ev < side_launches_; ++ev) {
+    CUDA_CHECK(cudaStreamWaitEvent(stream_, join_events_[ev], 0));
+  }
+  side_launches_ = 0;
+  pending_.clear();
 }
 
 }  // namespace gdn::cuda

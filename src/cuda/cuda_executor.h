@@ -59,6 +59,10 @@ class CudaExecutor : public runtime::Executor {
             runtime::DispatchCount& count);
   int launch(const model::Step& s, ProgramMem& pm, std::span<const int32_t> ids, Slot& slot);
   int fused_matmul(const model::Step& s, ProgramMem& pm);
+  // Side-stream work (see fused_matmul): joined into the main stream before a step touches
+  // what it writes, and at the end of every forward.
+  void join_touching(const model::Step& s);
+  void join_all();
   int recurrence(const model::Step& s, ProgramMem& pm, Slot& slot);
   DevState slot_state(Slot& slot, int64_t layer) const;
   DevRows view(ProgramMem& pm, const model::View& v) const;
@@ -78,6 +82,14 @@ class CudaExecutor : public runtime::Executor {
   const model::Model& model_;
   runtime::ExecutorOptions opts_;
   cudaStream_t stream_ = nullptr;
+  // Launches that run concurrently with the main stream's (a fused step's second kernel
+  // family), forked from and joined back into it by events; in a capture they become parallel
+  // branches of the graph.
+  cudaStream_t side_ = nullptr;
+  cudaEvent_t fork_ = nullptr;
+  std::vector<cudaEvent_t> join_events_;  // [i]: side launch i since the last join (reused)
+  size_t side_launches_ = 0;
+  std::vector<model::View> pending_;  // the buffer ranges they write or read
   std::unordered_map<const model::Matrix*, GpuMatrix> matrices_;
   std::unordered_map<const std::vector<float>*, DeviceBuffer> vectors_;
   std::vector<Slot> slots_;

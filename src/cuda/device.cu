@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <utility>
 #include <vector>
 
@@ -22,6 +23,19 @@ std::string describe_device() {
   return fmt::format("{}, {} SMs, {} MB L2, {:.0f} GiB, sm_{}{}", p.name, p.multiProcessorCount,
                      p.l2CacheSize >> 20, double(p.totalGlobalMem) / (1ull << 30), p.major,
                      p.minor);
+}
+
+int sm_count() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cache[kMaxDevices];  // static storage: zero-initialised
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  int n = dev >= 0 && dev < kMaxDevices ? cache[dev].load(std::memory_order_relaxed) : 0;
+  if (n == 0) {
+    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    if (dev >= 0 && dev < kMaxDevices) cache[dev].store(n, std::memory_order_relaxed);
+  }
+  return n;
 }
 
 double measure_copy_bandwidth(cudaStream_t s) {

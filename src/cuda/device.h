@@ -13,6 +13,10 @@ bool available();
 // "NVIDIA H200, 132 SMs, 60 MB L2, 139 GiB" — for logs and benchmark tables.
 std::string describe_device();
 
+// The current device's multiprocessor count, read once per device (launch shapes adapt to
+// it; no SM count is hard-coded). Safe during stream capture: it is not a stream operation.
+int sm_count();
+
 // Device-to-device copy bandwidth in bytes/s, read + write counted (1 GiB copies, median):
 // the roofline every speed is reported against.
 double measure_copy_bandwidth(cudaStream_t s);

@@ -367,7 +367,7 @@ void gdn_recurrence(DevRows q, DevRows k, DevRows v, DevRows g, DevRows beta, De
                   fusion.l2_eps};
   // The widest column slice that still gives every SM two CTAs (more, smaller CTAs balance
   // the state's bytes across SMs; below that the narrowest slice gives the most CTAs).
-  const int64_t min_ctas = 2 * int64_t(detail::sm_count());
+  const int64_t min_ctas = 2 * int64_t(sm_count());
   const int hv = static_cast<int>(n_v_heads);
   if (n_v_heads * detail::ceil_div(d, 32) >= min_ctas) {
     launch_cols<32>(a, fusion.l2norm, hv, s);

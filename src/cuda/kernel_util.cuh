@@ -4,7 +4,6 @@
 
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cstdint>
 #include <utility>
 
@@ -184,21 +183,6 @@ inline bool vec4_ok(const DevRows& v) {
 
 inline unsigned ceil_div(int64_t a, int64_t b) {
   return static_cast<unsigned>((a + b - 1) / b);
-}
-
-// The current device's multiprocessor count, read once per device (launch shapes adapt to
-// it; no SM count is hard-coded). Safe during stream capture: it is not a stream operation.
-inline int sm_count() {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> cache[kMaxDevices];  // static storage: zero-initialised
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  int n = dev >= 0 && dev < kMaxDevices ? cache[dev].load(std::memory_order_relaxed) : 0;
-  if (n == 0) {
-    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    if (dev >= 0 && dev < kMaxDevices) cache[dev].store(n, std::memory_order_relaxed);
-  }
-  return n;
 }
 
 // The largest grid.y / grid.z a launch may use; kernels that take rows from grid.y loop

@@ -20,19 +20,6 @@
 namespace gdn::cuda {
 namespace mm {
 
-int sm_count() {
-  static std::mutex mu;
-  static std::vector<int> counts;  // per device ordinal, 0 = not yet queried
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  std::lock_guard<std::mutex> lock(mu);
-  if (static_cast<int>(counts.size()) <= dev) counts.resize(dev + 1, 0);
-  if (counts[dev] == 0) {
-    CUDA_CHECK(cudaDeviceGetAttribute(&counts[dev], cudaDevAttrMultiProcessorCount, dev));
-  }
-  return counts[dev];
-}
-
 size_t allow_max_smem(const void* kernel) {
   static std::mutex mu;
   static std::map<std::pair<const void*, int>, size_t> done;
@@ -340,29 +327,23 @@ int fused_family(quant::Type t) {
   return static_cast<int>(t);
 }
 
-void matmul_fused(const FusedGemv& f, cudaStream_t s) {
+unsigned matmul_fused(const FusedGemv& f, cudaStream_t s) {
   check_fused(f);
   switch (f.w[0]->type) {
     case quant::Type::Q1_0:
-      if (f.w[0]->f32_activations) {
-        mm::matmul_fused_q1_0_f32act(f, s);
-      } else {
-        mm::matmul_fused_q1_0(f, mm::q1_default_options(f.w[0]->n_in, 0), s);
-      }
-      return;
+      return f.w[0]->f32_activations
+                 ? mm::matmul_fused_q1_0_f32act(f, s)
+                 : mm::matmul_fused_q1_0(f, mm::q1_default_options(f.w[0]->n_in, 0), s);
     case quant::Type::Q8_0:
     case quant::Type::Q4_0:
-      mm::matmul_fused_q8(f, s);
-      return;
+      return mm::matmul_fused_q8(f, s);
     case quant::Type::Q2_0:
     case quant::Type::PQ2_0:
-      mm::matmul_fused_2bit(f, s);
-      return;
+      return mm::matmul_fused_2bit(f, s);
     case quant::Type::F32:
     case quant::Type::F16:
     case quant::Type::BF16:
-      mm::matmul_fused_float(f, s);
-      return;
+      return mm::matmul_fused_float(f, s);
   }
   fail("cuda matmul_fused {}: unsupported type", describe_fused(f));
 }

@@ -93,14 +93,18 @@ inline int64_t ceil_div(int64_t a, int64_t b) {
 inline bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
-// Multiprocessors of the current device, queried once per device.
-int sm_count();
 // The launchers and PDL helpers live in kernel_util.cuh, shared with the other kernel families.
 using detail::launch;
 using detail::launch_clusters;
 using detail::pdl_enter;
 using detail::pdl_launch_dependents;
 using detail::pdl_wait;
+
+// The multiprocessors a fused GEMV's persistent grid may spread over: all but those a
+// concurrent launch holds (FusedGemv::spare_sms), at least one.
+inline int usable_sms(const FusedGemv& f) {
+  return std::max(1, sm_count() - f.spare_sms);
+}
 
 // Lets `kernel` take up to the device's opt-in maximum of dynamic shared memory (once per
 // kernel and device; not a stream operation, so safe during graph capture). Returns that maximum.
@@ -631,7 +635,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
 
 // One launch of the fused GEMV for chunked format F (f validated by matmul_fused).
 template <class F>
-void chunked_fused(const FusedGemv& f, cudaStream_t s) {
+unsigned chunked_fused(const FusedGemv& f, cudaStream_t s) {
   const GpuMatrix& w0 = *f.w[0];
   ChunkedFusedArgs a{};
   a.n_chunks = static_cast<int>(w0.n_col_tiles);
@@ -667,10 +671,11 @@ void chunked_fused(const FusedGemv& f, cudaStream_t s) {
     fail("cuda matmul_fused '{}' [{} x {}]: no CTA of {} threads fits", w0.name, w0.n_out, w0.n_in,
          threads);
   }
-  const int64_t ctas = int64_t(std::min(per_sm, 2)) * sm_count();
+  const int64_t ctas = int64_t(std::min(per_sm, 2)) * usable_sms(f);
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(a.n_units, ctas)));
   launch(kernel, grid, dim3(threads), smem, true, s, a);
   CUDA_CHECK_LAUNCH();
+  return grid.x;
 }
 
 // Host repack into the chunked layout. chunk(row, c, out) writes the 16 bytes of chunk c of a
@@ -701,15 +706,15 @@ uint16_t block_scale(const uint8_t* row, int64_t b) {
 GpuMatrix upload_float(const model::Matrix& m, cudaStream_t s);  // F32, F16, BF16
 void matmul_float(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int64_t ldy,
                   int64_t n_tokens, cudaStream_t s);
-void matmul_fused_float(const FusedGemv& f, cudaStream_t s);
+unsigned matmul_fused_float(const FusedGemv& f, cudaStream_t s);
 GpuMatrix upload_q8(const model::Matrix& m, cudaStream_t s);  // Q8_0, Q4_0
 void matmul_q8(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int64_t ldy,
                int64_t n_tokens, cudaStream_t s);
-void matmul_fused_q8(const FusedGemv& f, cudaStream_t s);
+unsigned matmul_fused_q8(const FusedGemv& f, cudaStream_t s);
 GpuMatrix upload_2bit(const model::Matrix& m, cudaStream_t s);  // Q2_0, PQ2_0
 void matmul_2bit(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int64_t ldy,
                  int64_t n_tokens, cudaStream_t s);
-void matmul_fused_2bit(const FusedGemv& f, cudaStream_t s);
+unsigned matmul_fused_2bit(const FusedGemv& f, cudaStream_t s);
 
 // Q1_0 (matmul_q1_0.cu). One token: ONE kernel that quantises the activation itself (every CTA,
 // into shared memory) and runs the product — matmul() and matmul_fused. Several tokens, and
@@ -763,9 +768,9 @@ std::string q1_0_trace_event(int e);
 GpuMatrix upload_q1_0_f32act(const model::Matrix& m, cudaStream_t s);
 void matmul_q1_0_f32act(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int64_t ldy,
                         int64_t n_tokens, cudaStream_t s);
-void matmul_fused_q1_0_f32act(const FusedGemv& f, cudaStream_t s);
+unsigned matmul_fused_q1_0_f32act(const FusedGemv& f, cudaStream_t s);
 // The fused decode GEMV of Q1_0 matrices (f validated by matmul_fused) with options o (variant
 // kBmma2 or kBmma4; matmul_fused passes q1_default_options(n_in, 0)).
-void matmul_fused_q1_0(const FusedGemv& f, const Q1Options& o, cudaStream_t s);
+unsigned matmul_fused_q1_0(const FusedGemv& f, const Q1Options& o, cudaStream_t s);
 
 }  // namespace gdn::cuda::mm

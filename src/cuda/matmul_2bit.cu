@@ -44,7 +44,7 @@ void matmul_2bit(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int6
   }
 }
 
-void matmul_fused_2bit(const FusedGemv& f, cudaStream_t s) {
+unsigned matmul_fused_2bit(const FusedGemv& f, cudaStream_t s) {
   switch (f.w[0]->type) {
     case quant::Type::Q2_0:
       return chunked_fused<Q2Format<1>>(f, s);

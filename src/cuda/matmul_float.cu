@@ -80,7 +80,7 @@ void matmul_float(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int
   }
 }
 
-void matmul_fused_float(const FusedGemv& f, cudaStream_t s) {
+unsigned matmul_fused_float(const FusedGemv& f, cudaStream_t s) {
   switch (f.w[0]->type) {
     case quant::Type::F32:
       return chunked_fused<F32Format>(f, s);

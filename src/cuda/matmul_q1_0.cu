@@ -1090,7 +1090,7 @@ GemvShape teams_shape(const FusedGemv& f) {
   Q1GemvArgs& a = g.a;
   // As many teams as the register budget holds (named barriers 1..15), but no more than the
   // slots need to give every SM work: small matrices spread over more, smaller CTAs.
-  const int n_sm = sm_count();
+  const int n_sm = usable_sms(f);
   a.teams = std::max(
       1, std::min({max_slices(kQ) / a.slices, 15, static_cast<int>(ceil_div(a.n_slots, n_sm))}));
   g.threads = 32 * a.slices * a.teams;
@@ -1319,8 +1319,8 @@ std::string q1_0_trace_event(int e) {
   return fmt::format("slot {} {}", k, kSlotNames[(e - kTraceSlots) % kTraceSlotEvents]);
 }
 
-void matmul_fused_q1_0(const FusedGemv& f, const Q1Options& o, cudaStream_t s) {
-  run_gemv(f, o, s);
+unsigned matmul_fused_q1_0(const FusedGemv& f, const Q1Options& o, cudaStream_t s) {
+  return run_gemv(f, o, s);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1358,8 +1358,8 @@ void matmul_q1_0_f32act(const GpuMatrix& w, const float* x, int64_t ldx, float* 
   chunked_matmul<Q1F32Format>(w, x, ldx, y, ldy, n_tokens, s);
 }
 
-void matmul_fused_q1_0_f32act(const FusedGemv& f, cudaStream_t s) {
-  chunked_fused<Q1F32Format>(f, s);
+unsigned matmul_fused_q1_0_f32act(const FusedGemv& f, cudaStream_t s) {
+  return chunked_fused<Q1F32Format>(f, s);
 }
 
 }  // namespace gdn::cuda::mm

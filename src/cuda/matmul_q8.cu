@@ -58,7 +58,7 @@ void matmul_q8(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int64_
   }
 }
 
-void matmul_fused_q8(const FusedGemv& f, cudaStream_t s) {
+unsigned matmul_fused_q8(const FusedGemv& f, cudaStream_t s) {
   switch (f.w[0]->type) {
     case quant::Type::Q8_0:
       return chunked_fused<Q8Format>(f, s);

@@ -101,6 +101,10 @@ struct FusedGemv {
   int n = 0;  // matrices
   const GpuMatrix* w[kMaxFusedMatrices] = {};
   float* y[kMaxFusedMatrices] = {};  // Store: one per matrix; AddInto, SiluMulPair: y[0]
+  // SMs left to a launch running concurrently on another stream (the executor's side
+  // stream): a persistent grid that took every SM would have CTAs queued behind it. Changes
+  // only which CTA computes a row, never the arithmetic.
+  int spare_sms = 0;
 };
 
 // One matrix, no prologue, Store: matmul()'s one-token product as a FusedGemv.
@@ -117,9 +121,9 @@ inline FusedGemv plain_gemv(const GpuMatrix& w, const float* x, float* y) {
 // are templated on the weight format, so a family is one weight type (a model mixing Q8_0 and
 // BF16 projections of one input runs one launch per type).
 int fused_family(quant::Type t);
-// One launch. Throws gdn::Error (naming the matrices, types and shapes) for mixed families or
-// n_in, a matrix count the epilogue does not take, or missing operands.
-void matmul_fused(const FusedGemv& f, cudaStream_t s);
+// One launch; returns its CTAs. Throws gdn::Error (naming the matrices, types and shapes) for
+// mixed families or n_in, a matrix count the epilogue does not take, or missing operands.
+unsigned matmul_fused(const FusedGemv& f, cudaStream_t s);
 
 // What the checks compare a format against and how closely (max|gpu - ref| / max|ref|).
 struct MatmulReference {

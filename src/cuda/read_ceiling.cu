@@ -44,13 +44,6 @@ __global__ void read_kernel(const uint4* __restrict__ src, size_t n_vec, unsigne
   if (acc == 0x9E3779B9u) *sink = acc;
 }
 
-int sm_count() {
-  int dev = 0, n = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-  return n;
-}
-
 }  // namespace
 
 double graph_us(cudaStream_t s, const std::function<void(int)>& launch, int launches, int replays) {

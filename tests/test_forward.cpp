@@ -155,6 +155,30 @@ TEST(Program, StepKindsNameTheWorkNotTheLayer) {
   EXPECT_EQ(kind_of(model::Op::Embed, 0), "embed");
 }
 
+// The attention layer's k chain (norm, rope) is marked to run beside the q chain: it reads
+// only the k projection and comes before anything that needs q.
+TEST(Program, TheKChainIsMarkedConcurrent) {
+  auto m = tiny(quant::Type::Q8_0);
+  for (model::Rungs r : {model::Rungs::none(), model::Rungs::exact()}) {
+    const model::Program p = model::build_forward(m->model, 1, false, {.rungs = r});
+    int n = 0;
+    for (size_t i = 0; i < p.steps.size(); ++i) {
+      const model::Step& s = p.steps[i];
+      if (!s.concurrent) continue;
+      ++n;
+      EXPECT_TRUE(s.op == model::Op::RmsNorm || s.op == model::Op::Rope) << model::step_kind(s);
+      EXPECT_EQ(p.buffers[static_cast<size_t>(s.out.buf)].name, "k");
+      // Nothing before the kv store (the first step that reads k again) touches k.
+      for (size_t j = i + 1; j < p.steps.size() && p.steps[j].op != model::Op::KvStore; ++j) {
+        if (p.steps[j].concurrent) continue;
+        EXPECT_NE(p.steps[j].out.buf, s.out.buf) << model::step_kind(p.steps[j]);
+        EXPECT_NE(p.steps[j].in[0].buf, s.out.buf) << model::step_kind(p.steps[j]);
+      }
+    }
+    EXPECT_EQ(n, 2 * m->model.hp.n_attention());
+  }
+}
+
 TEST(Program, TheCpuBackendHasNoTimeline) {
   auto m = tiny(quant::Type::Q8_0);
   cpu::CpuExecutor ex(m->model, {.n_slots = 1, .n_ctx = 8, .n_threads = 1});

@@ -6,13 +6,13 @@
 
 #include "common/error.h"
 
-#define CUDA_CHECK(call)                                                                  \
-  do {                                                                                    \
-    const cudaError_t err_ = (call);                                                      \
-    if (err_ != cudaSuccess) {                                                            \
-      ::gdn::fail("CUDA error {} ({}) at {}:{}: {}", static_cast<int>(err_),              \
+#define CUDA_CHECK(call)                                                                 \
+  do {                                                                                   \
+    const cudaError_t err_ = (call);                                                     \
+    if (err_ != cudaSuccess) {                                                           \
+      ::gdn::fail("CUDA error {} ({}) at {}:{}: {}", static_cast<int>(err_),             \
                   cudaGetErrorName(err_), __FILE__, __LINE__, cudaGetErrorString(err_)); \
-    }                                                                                     \
+    }                                                                                    \
   } while (0)
 
 // After a kernel launch: catches bad launch configurations at once.

@@ -211,6 +211,7 @@ void CudaExecutor::run_graph(ProgramMem& pm, int64_t T, bool all_logits, int slo
       capturing_ = false;
       pending_.clear();
       side_launches_ = 0;
+      side_current_ = false;
       cudaGraph_t broken = nullptr;
       cudaStreamEndCapture(stream_, &broken);
       if (broken) cudaGraphDestroy(broken);
@@ -253,10 +254,25 @@ const float* CudaExecutor::vec(const std::vector<float>* v) const {
   return it->second.as<float>();
 }
 
+// A concurrent step (model::Step::concurrent) runs on the side stream, which first catches up
+// with the main stream unless no main step ran since it last did; a main step first joins the
+// side work it touches.
 void CudaExecutor::step(const model::Step& s, ProgramMem& pm, std::span<const int32_t> ids,
                         Slot& slot, runtime::DispatchCount& count) {
-  join_touching(s);
-  const int n = launch(s, pm, ids, slot);
+  int n = 0;
+  if (s.concurrent) {
+    if (!side_may_run(s.op)) {
+      fail("cuda executor: {} reads or writes a cache or a state: it cannot run concurrently",
+           model::op_name(s.op));
+    }
+    if (!side_current_) fork_side();
+    n = launch(s, pm, ids, slot, side_);
+    side_done({s.out, s.out2, s.in[0], s.in[1], s.in[2], s.in[3], s.in[4]});
+  } else {
+    join_touching(s);
+    n = launch(s, pm, ids, slot, stream_);
+    side_current_ = false;
+  }
   pm.launches[static_cast<size_t>(&s - pm.program->steps.data())] = n;
   count.add(s.op, n);
 }
@@ -297,7 +313,7 @@ std::vector<runtime::StepTime> CudaExecutor::timeline(std::span<const int32_t> i
 
 // Returns the kernel launches (dispatches) the step made.
 int CudaExecutor::launch(const model::Step& s, ProgramMem& pm, std::span<const int32_t> ids,
-                         Slot& slot) {
+                         Slot& slot, cudaStream_t st) {
   const model::HParams& hp = model_.hp;
   auto in = [&](int i) { return view(pm, s.in[static_cast<size_t>(i)]); };
   auto out = [&] { return view(pm, s.out); };
@@ -319,98 +335,96 @@ int CudaExecutor::launch(const model::Step& s, ProgramMem& pm, std::span<const i
         quant::dequantize_row(t.type, t.row(id), embed_host_.data() + r * y.cols, t.n_in);
       }
       CUDA_CHECK(cudaMemcpyAsync(y.data, embed_host_.data(), embed_host_.size() * sizeof(float),
-                                 cudaMemcpyHostToDevice, stream_));
+                                 cudaMemcpyHostToDevice, st));
       // The host buffer is reused by the next forward: wait for the copy to leave it.
-      CUDA_CHECK(cudaStreamSynchronize(stream_));
+      CUDA_CHECK(cudaStreamSynchronize(st));
       return 1;
     }
     case Op::RmsNorm:
-      rms_norm(in(0), out(), vec(s.vec), s.head_dim > 0 ? s.head_dim : s.out.width, s.eps, stream_);
+      rms_norm(in(0), out(), vec(s.vec), s.head_dim > 0 ? s.head_dim : s.out.width, s.eps, st);
       return 1;
     case Op::MatMul: {
       const GpuMatrix& w = matrix(s.w);
       const DevRows x = in(0), y = out();
-      matmul(w, x.data, x.ld, y.data, y.ld, x.rows, workspace_, stream_);
+      matmul(w, x.data, x.ld, y.data, y.ld, x.rows, workspace_, st);
       return matmul_launches(w, x.rows);
     }
     case Op::Add:
-      binary(cpu::Binary::Add, in(0), in(0), out(), stream_);
+      binary(cpu::Binary::Add, in(0), in(0), out(), st);
       return 1;
     case Op::AddVec:
-      broadcast(cpu::Broadcast::Add, in(0), vec(s.vec), out(), stream_);
+      broadcast(cpu::Broadcast::Add, in(0), vec(s.vec), out(), st);
       return 1;
     case Op::MulVec:
-      broadcast(cpu::Broadcast::Mul, in(0), vec(s.vec), out(), stream_);
+      broadcast(cpu::Broadcast::Mul, in(0), vec(s.vec), out(), st);
       return 1;
     case Op::Sigmoid:
-      unary(cpu::Unary::Sigmoid, in(0), out(), stream_);
+      unary(cpu::Unary::Sigmoid, in(0), out(), st);
       return 1;
     case Op::Softplus:
-      unary(cpu::Unary::Softplus, in(0), out(), stream_);
+      unary(cpu::Unary::Softplus, in(0), out(), st);
       return 1;
     case Op::Silu:
-      unary(cpu::Unary::Silu, in(0), out(), stream_);
+      unary(cpu::Unary::Silu, in(0), out(), st);
       return 1;
     case Op::SiluMul:
-      binary(cpu::Binary::SiluMul, in(0), in(1), out(), stream_);
+      binary(cpu::Binary::SiluMul, in(0), in(1), out(), st);
       return 1;
     case Op::SigmoidMul:
-      binary(cpu::Binary::SigmoidMul, in(0), in(1), out(), stream_);
+      binary(cpu::Binary::SigmoidMul, in(0), in(1), out(), st);
       return 1;
     case Op::L2NormHeads:
-      l2_norm(in(0), out(), s.head_dim, s.eps, stream_);
+      l2_norm(in(0), out(), s.head_dim, s.eps, st);
       return 1;
     case Op::SplitHeads:
-      split_heads(in(0), out(), view(pm, s.out2), s.head_dim, stream_);
+      split_heads(in(0), out(), view(pm, s.out2), s.head_dim, st);
       return 1;
     case Op::ConvStep:
       conv_step(in(0), out(), vec(s.vec), hp.ssm_conv_kernel,
-                s.conv_window ? nullptr : layer(slot.conv), s.fuse_silu, stream_);
+                s.conv_window ? nullptr : layer(slot.conv), s.fuse_silu, st);
       return 1;
     case Op::ConvConcat: {
       const DevRows x = in(0);
-      concat_rows({layer(slot.conv), hp.ssm_conv_kernel - 1, x.cols, x.cols}, x, out(), stream_);
+      concat_rows({layer(slot.conv), hp.ssm_conv_kernel - 1, x.cols, x.cols}, x, out(), st);
       return 1;
     }
     case Op::ConvSave: {
       const DevRows x = in(0);
-      copy_rows(x, s.row0, {layer(slot.conv), hp.ssm_conv_kernel - 1, x.cols, x.cols}, stream_);
+      copy_rows(x, s.row0, {layer(slot.conv), hp.ssm_conv_kernel - 1, x.cols, x.cols}, st);
       return 1;
     }
     case Op::StateGather:
-      copy_state(slot_state(slot, s.layer), {out().data, model::StateType::F32}, out().cols,
-                 stream_);
+      copy_state(slot_state(slot, s.layer), {out().data, model::StateType::F32}, out().cols, st);
       return 1;
     case Op::StateScatter:
-      copy_state({in(0).data, model::StateType::F32}, slot_state(slot, s.layer), in(0).cols,
-                 stream_);
+      copy_state({in(0).data, model::StateType::F32}, slot_state(slot, s.layer), in(0).cols, st);
       return 1;
     case Op::GdnRecurrence:
-      return recurrence(s, pm, slot);
+      return recurrence(s, pm, slot, st);
     case Op::Rope:
-      rope(out(), s.head_dim, hp.n_rot, hp.rope_theta, position(slot, out().rows), stream_);
+      rope(out(), s.head_dim, hp.n_rot, hp.rope_theta, position(slot, out().rows), st);
       return 1;
     case Op::KvStore:
       kv_store(in(0), in(1), layer(slot.k), layer(slot.v), hp.kv_dim(), position(slot, in(0).rows),
-               stream_);
+               st);
       return 1;
     case Op::Attention:
       attention(in(0), layer(slot.k), layer(slot.v), out(), hp.n_head, hp.n_head_kv, s.head_dim,
-                position(slot, in(0).rows), stream_);
+                position(slot, in(0).rows), st);
       return 1;
     case Op::CopyRows:
-      copy_rows(in(0), s.row0, out(), stream_);
+      copy_rows(in(0), s.row0, out(), st);
       return 1;
     case Op::MatMulFused:
       return fused_matmul(s, pm);
     case Op::Null:
-      empty_kernel(stream_);
+      empty_kernel(st);
       return 1;
   }
   fail("cuda executor: op {} is not supported", model::op_name(s.op));
 }
 
-int CudaExecutor::recurrence(const model::Step& s, ProgramMem& pm, Slot& slot) {
+int CudaExecutor::recurrence(const model::Step& s, ProgramMem& pm, Slot& slot, cudaStream_t st) {
   const model::HParams& hp = model_.hp;
   auto in = [&](size_t i) { return view(pm, s.in[i]); };
   const DevState work = s.out2.valid() ? DevState{view(pm, s.out2).data, model::StateType::F32}
@@ -428,7 +442,7 @@ int CudaExecutor::recurrence(const model::Step& s, ProgramMem& pm, Slot& slot) {
   f.l2norm = s.fuse_l2norm;
   f.l2_eps = s.eps;
   gdn_recurrence(in(0), in(1), in(2), in(3), in(4), view(pm, s.out), st_in, st_out,
-                 hp.ssm_n_k_heads, hp.ssm_n_v_heads, s.head_dim, f, stream_);
+                 hp.ssm_n_k_heads, hp.ssm_n_v_heads, s.head_dim, f, st);
   return 1;
 }
 
@@ -468,9 +482,9 @@ int CudaExecutor::fused_matmul(const model::Step& s, ProgramMem& pm) {
       if (done[k] || fused_family(w.type) != family) continue;
       done[k] = true;
       f.w[f.n] = &w;
-      f.y[f.n] = s.epilogue == model::Epilogue::Store ? view(pm, s.mouts[k]).data
-                                                      : (f.n == 0 ? view(pm, s.mouts[0]).data
-                                                                  : nullptr);
+      f.y[f.n] = s.epilogue == model::Epilogue::Store
+                     ? view(pm, s.mouts[k]).data
+                     : (f.n == 0 ? view(pm, s.mouts[0]).data : nullptr);
       ++f.n;
       members.back().push_back(k);
       rows.back() += w.n_out;
@@ -483,23 +497,16 @@ int CudaExecutor::fused_matmul(const model::Step& s, ProgramMem& pm) {
     }
     families.push_back(f);
   }
-  const size_t main = static_cast<size_t>(std::max_element(rows.begin(), rows.end()) -
-                                          rows.begin());
+  const size_t main =
+      static_cast<size_t>(std::max_element(rows.begin(), rows.end()) - rows.begin());
   if (families.size() > 1) {
-    CUDA_CHECK(cudaEventRecord(fork_, stream_));
-    CUDA_CHECK(cudaStreamWaitEvent(side_, fork_, 0));
+    fork_side();
     for (size_t i = 0; i < families.size(); ++i) {
       if (i == main) continue;
       families[main].spare_sms += static_cast<int>(matmul_fused(families[i], side_));
-      const size_t ev = side_launches_++;
-      if (ev == join_events_.size()) {
-        join_events_.emplace_back();
-        CUDA_CHECK(cudaEventCreateWithFlags(&join_events_.back(), cudaEventDisableTiming));
-      }
-      CUDA_CHECK(cudaEventRecord(join_events_[ev], side_));
-      // What it writes, and what it reads (a later step must not overwrite its input early).
-      for (size_t k : members[i]) pending_.push_back(s.mouts[k]);
-      for (const model::View& in : s.in) pending_.push_back(in);
+      std::vector<model::View> ranges(s.in.begin(), s.in.end());
+      for (size_t k : members[i]) ranges.push_back(s.mouts[k]);
+      side_done(ranges);
     }
   }
   matmul_fused(families[main], stream_);
@@ -514,6 +521,46 @@ bool overlaps(const model::View& a, const model::View& b) {
 }
 
 }  // namespace
+
+bool CudaExecutor::side_may_run(Op op) {
+  switch (op) {
+    case Op::RmsNorm:
+    case Op::MatMul:
+    case Op::Add:
+    case Op::AddVec:
+    case Op::MulVec:
+    case Op::Sigmoid:
+    case Op::Softplus:
+    case Op::Silu:
+    case Op::SiluMul:
+    case Op::SigmoidMul:
+    case Op::L2NormHeads:
+    case Op::SplitHeads:
+    case Op::Rope:
+    case Op::CopyRows:
+      return true;
+    default:  // the embedding (host), caches and states, the fused GEMV (uses the side stream)
+      return false;
+  }
+}
+
+void CudaExecutor::fork_side() {
+  CUDA_CHECK(cudaEventRecord(fork_, stream_));
+  CUDA_CHECK(cudaStreamWaitEvent(side_, fork_, 0));
+  side_current_ = true;
+}
+
+void CudaExecutor::side_done(const std::vector<model::View>& ranges) {
+  const size_t ev = side_launches_++;
+  if (ev == join_events_.size()) {
+    join_events_.emplace_back();
+    CUDA_CHECK(cudaEventCreateWithFlags(&join_events_.back(), cudaEventDisableTiming));
+  }
+  CUDA_CHECK(cudaEventRecord(join_events_[ev], side_));
+  for (const model::View& v : ranges) {
+    if (v.valid()) pending_.push_back(v);
+  }
+}
 
 void CudaExecutor::join_touching(const model::Step& s) {
   const auto touches = [&](const model::View& v) {

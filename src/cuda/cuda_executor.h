@@ -57,13 +57,18 @@ class CudaExecutor : public runtime::Executor {
   // Runs (or captures) one step; adds its launches to `count`.
   void step(const model::Step& s, ProgramMem& pm, std::span<const int32_t> ids, Slot& slot,
             runtime::DispatchCount& count);
-  int launch(const model::Step& s, ProgramMem& pm, std::span<const int32_t> ids, Slot& slot);
+  int launch(const model::Step& s, ProgramMem& pm, std::span<const int32_t> ids, Slot& slot,
+             cudaStream_t st);
   int fused_matmul(const model::Step& s, ProgramMem& pm);
-  // Side-stream work (see fused_matmul): joined into the main stream before a step touches
-  // what it writes, and at the end of every forward.
+  // Side-stream work (concurrent steps, see step(); a fused step's second kernel family, see
+  // fused_matmul): forked from the main stream's state, joined into it before a main step
+  // touches what the side work reads or writes, and at the end of every forward.
+  static bool side_may_run(model::Op op);
+  void fork_side();
+  void side_done(const std::vector<model::View>& ranges);  // after a side launch
   void join_touching(const model::Step& s);
   void join_all();
-  int recurrence(const model::Step& s, ProgramMem& pm, Slot& slot);
+  int recurrence(const model::Step& s, ProgramMem& pm, Slot& slot, cudaStream_t st);
   DevState slot_state(Slot& slot, int64_t layer) const;
   DevRows view(ProgramMem& pm, const model::View& v) const;
   const GpuMatrix& matrix(const model::Matrix* m) const;
@@ -89,6 +94,7 @@ class CudaExecutor : public runtime::Executor {
   cudaEvent_t fork_ = nullptr;
   std::vector<cudaEvent_t> join_events_;  // [i]: side launch i since the last join (reused)
   size_t side_launches_ = 0;
+  bool side_current_ = false;         // the side stream has waited for every main launch so far
   std::vector<model::View> pending_;  // the buffer ranges they write or read
   std::unordered_map<const model::Matrix*, GpuMatrix> matrices_;
   std::unordered_map<const std::vector<float>*, DeviceBuffer> vectors_;

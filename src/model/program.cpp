@@ -232,6 +232,15 @@ class Builder {
         project(h, L.attn_norm, {&A.q, &A.k, &A.v}, {"q_gate", "k", "v"});
     const View qg = proj[0], k = proj[1], v = proj[2];
     const View q = buf("q", hp_.q_dim()), gate = buf("attn_gate", hp_.q_dim());
+    // k's chain needs only the projection: it may run beside q's (Step::concurrent).
+    emit({.op = Op::RmsNorm,
+          .out = k,
+          .in = {k},
+          .vec = &A.k_norm,
+          .head_dim = D,
+          .eps = hp_.rms_eps,
+          .concurrent = true});
+    emit({.op = Op::Rope, .out = k, .in = {k}, .head_dim = D, .concurrent = true});
     emit({.op = Op::SplitHeads, .out = q, .in = {qg}, .out2 = gate, .head_dim = D});
     emit({.op = Op::RmsNorm,
           .out = q,
@@ -239,14 +248,7 @@ class Builder {
           .vec = &A.q_norm,
           .head_dim = D,
           .eps = hp_.rms_eps});
-    emit({.op = Op::RmsNorm,
-          .out = k,
-          .in = {k},
-          .vec = &A.k_norm,
-          .head_dim = D,
-          .eps = hp_.rms_eps});
     emit({.op = Op::Rope, .out = q, .in = {q}, .head_dim = D});
-    emit({.op = Op::Rope, .out = k, .in = {k}, .head_dim = D});
     emit({.op = Op::KvStore, .in = {k, v}, .layer = il});
     const View att = buf("attn_out", hp_.q_dim());
     emit({.op = Op::Attention, .out = att, .in = {q}, .layer = il, .head_dim = D});

@@ -96,6 +96,11 @@ struct Step {
   Epilogue epilogue = Epilogue::Store;
   std::array<const Matrix*, 4> mats{};
   std::array<View, 4> mouts{};  // Store: one per matrix; AddInto, SiluMulPair: mouts[0]
+  // Needs only the steps before it and touches only its views (no cache or state): an
+  // executor may overlap it with the steps after it, up to the first that touches its views
+  // (the CUDA executor's side stream). Set on the attention layer's k chain (norm, rope),
+  // which runs beside the q chain.
+  bool concurrent = false;
   int n_mats() const;
 };
 

@@ -48,6 +48,9 @@ struct DispatchCount {
 
 // One program step's share of a forward pass, from the dispatch timeline (a step's first
 // kernel starting to the next step's first kernel starting, once their predecessors finished).
+// Stamps are handed to the steps in program order, so where kernels run concurrently (the
+// CUDA executor's side stream) the split among those neighbours is approximate; their sum is
+// exact.
 struct StepTime {
   std::string kind;  // model::step_kind
   model::Op op;

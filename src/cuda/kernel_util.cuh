@@ -17,42 +17,6 @@ namespace gdn::cuda::detail {
 constexpr unsigned kFullMask = 0xffffffffu;
 
 // ---------------------------------------------------------------------------------------------
-// The dispatch timeline (cuda/timeline.h): where the decode token's time goes in the pipeline,
-// which isolated kernel timings cannot tell once PDL overlaps every launch with its
-// predecessor. When armed, thread 0 of CTA 0 of every kernel stamps %globaltimer as its
-// pdl_wait() returns, i.e. once everything before it has finished: consecutive stamps bound
-// one kernel's share of the token. Disarmed it costs every thread one compare, and thread 0
-// of CTA 0 one constant-memory load issued before the wait, whose latency the wait hides.
-//
-// The buffer pointer is a per-translation-unit __constant__ variable (the library is not
-// built with relocatable device code, so each .cu file has its own copy): the anonymous
-// namespace below gives every .cu file that includes this header its copy and a setter,
-// registered at static initialisation so that a Timeline arms them all.
-namespace {
-__constant__ TimelineBuffer* g_timeline = nullptr;
-cudaError_t set_timeline_here(TimelineBuffer* buf) {
-  return cudaMemcpyToSymbol(g_timeline, &buf, sizeof buf);
-}
-[[maybe_unused]] const bool g_timeline_registered = register_timeline_setter(&set_timeline_here);
-}  // namespace
-
-// The armed buffer for thread 0 of CTA 0; null for every other thread and when disarmed.
-__device__ __forceinline__ TimelineBuffer* timeline_buffer() {
-  if ((threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) != 0) {
-    return nullptr;
-  }
-  return g_timeline;
-}
-
-__device__ __forceinline__ void timeline_stamp(TimelineBuffer* buf) {
-  const unsigned i = atomicAdd(&buf->count, 1u);
-  if (i >= buf->cap) return;  // counted, not stored: the host reports the overflow
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  buf->stamp[i] = t;
-}
-
-// ---------------------------------------------------------------------------------------------
 // Device side
 
 __device__ __forceinline__ float* row_ptr(const DevRows& v, int64_t r) {
@@ -103,12 +67,10 @@ __device__ __forceinline__ float silu(float x) {
 // running: before pdl_wait() a kernel reads only what no kernel writes (weights). A kernel
 // completes only after its pdl_wait() returned, so its completion implies its predecessors'.
 // Without the attribute both are no-ops.
-__device__ __forceinline__ TimelineBuffer* timeline_buffer();
-__device__ __forceinline__ void timeline_stamp(TimelineBuffer* buf);
+__device__ __forceinline__ void timeline_stamp();
 __device__ __forceinline__ void pdl_wait() {
-  TimelineBuffer* const timeline = timeline_buffer();  // read before the wait: hidden by it
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  if (timeline != nullptr) timeline_stamp(timeline);
+  timeline_stamp();
 }
 // Lets the next kernel (if launched with the attribute) start now; it still waits in pdl_wait()
 // for this grid to finish and flush.
@@ -123,6 +85,41 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 __device__ __forceinline__ void pdl_enter() {
   pdl_launch_dependents();
   pdl_wait();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The dispatch timeline (cuda/timeline.h): where the decode token's time goes in the pipeline,
+// which isolated kernel timings cannot tell once PDL overlaps every launch with its
+// predecessor. When armed, thread 0 of CTA 0 of every kernel stamps %globaltimer as its
+// pdl_wait() returns, i.e. once everything before it has finished: consecutive stamps bound
+// one kernel's share of the token. Disarmed it costs every thread one compare (and thread 0 of
+// CTA 0 one load). Measured side by side (H200, 2026-12-01, tg128 with all rungs): this hook
+// 261.5 tok/s, the pointer in constant memory read before the wait 252.8, no hook at all 252.5.
+// So the hook's own work costs nothing visible, and the 3.5% between builds whose only
+// difference is this code is unexplained (code placement in the instruction-fetch-bound
+// GEMVs is a guess, not measured); this variant is kept because it measured fastest.
+//
+// The buffer pointer is a per-translation-unit __device__ variable (the library is not built
+// with relocatable device code, so each .cu file has its own copy): the anonymous namespace
+// below gives every .cu file that includes this header its copy and a setter, registered at
+// static initialisation so that set_timeline() arms them all.
+namespace {
+__device__ TimelineBuffer* g_timeline = nullptr;
+cudaError_t set_timeline_here(TimelineBuffer* buf) {
+  return cudaMemcpyToSymbol(g_timeline, &buf, sizeof buf);
+}
+[[maybe_unused]] const bool g_timeline_registered = register_timeline_setter(&set_timeline_here);
+}  // namespace
+
+__device__ __forceinline__ void timeline_stamp() {
+  if ((threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) != 0) return;
+  TimelineBuffer* const buf = g_timeline;
+  if (buf == nullptr) return;
+  const unsigned i = atomicAdd(&buf->count, 1u);
+  if (i >= buf->cap) return;  // counted, not stored: the host reports the overflow
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  buf->stamp[i] = t;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -525,7 +525,6 @@ bool overlaps(const model::View& a, const model::View& b) {
 bool CudaExecutor::side_may_run(Op op) {
   switch (op) {
     case Op::RmsNorm:
-    case Op::MatMul:
     case Op::Add:
     case Op::AddVec:
     case Op::MulVec:
@@ -539,7 +538,8 @@ bool CudaExecutor::side_may_run(Op op) {
     case Op::Rope:
     case Op::CopyRows:
       return true;
-    default:  // the embedding (host), caches and states, the fused GEMV (uses the side stream)
+    default:  // the embedding (host), caches and states, matmul (its workspace is shared), the
+              // fused GEMV (uses the side stream itself)
       return false;
   }
 }

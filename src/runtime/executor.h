@@ -53,7 +53,6 @@ struct DispatchCount {
 // exact.
 struct StepTime {
   std::string kind;  // model::step_kind
-  model::Op op;
   int launches = 0;
   double us = 0.0;
 };

@@ -331,6 +331,12 @@ TEST(Bench, NullDispatchesAreCountedAndFitted) {
   EXPECT_NE(r.out.find("fit without graphs:"), std::string::npos) << r.out;
 }
 
+TEST(Bench, TimelineOnTheCpuIsRefusedWithTheReason) {
+  const Result r = bench_tiny({"--timeline"});
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("the cpu backend has no dispatch timeline"), std::string::npos) << r.err;
+}
+
 TEST(Bench, UnknownRungIsRefusedByName) {
   const Result r = bench_tiny({"--rungs", "all,state-inplce"});
   EXPECT_NE(r.status, 0);

@@ -217,8 +217,7 @@ int run_null_dispatches(runtime::Executor& ex, const BenchArgs& a, int64_t n_voc
 
 // --timeline: where a decode token's time goes, by step kind (cuda/timeline.h). A short
 // prompt first gives attention a context and one untimed token builds and captures the
-// program; then each of the n_gen decode tokens runs with the timeline armed. A kind's time
-// is its steps' time summed over a token, averaged over the tokens.
+// program; then each of the n_gen decode tokens runs with the timeline armed.
 int run_timeline(runtime::Executor& ex, const BenchArgs& a, int64_t n_vocab) {
   constexpr int kContext = 16;
   const int n = std::max(1, a.n_gen);
@@ -228,25 +227,28 @@ int run_timeline(runtime::Executor& ex, const BenchArgs& a, int64_t n_vocab) {
   ex.reset_slot(0);
   ex.forward(std::span<const int32_t>(ids.data(), kContext), 0, false, logits);
   ex.forward(one(kContext), 0, false, logits);
-  struct Kind {
-    std::string name;
-    double us = 0.0;
-    int steps = 0, launches = 0;
-  };
-  std::vector<Kind> kinds;
+  std::vector<std::vector<runtime::StepTime>> tokens;
+  for (int i = 0; i < n; ++i) tokens.push_back(ex.timeline(one(kContext + 1 + i), 0));
+  const std::vector<runtime::KindTime> kinds = runtime::sum_by_kind(tokens);
   double total = 0.0;
-  for (int i = 0; i < n; ++i) {
-    for (const runtime::StepTime& st : ex.timeline(one(kContext + 1 + i), 0)) {
-      auto it =
-          std::find_if(kinds.begin(), kinds.end(), [&](auto& k) { return k.name == st.kind; });
-      if (it == kinds.end()) it = kinds.insert(kinds.end(), Kind{st.kind});
-      it->us += st.us;
-      it->steps += 1;
-      it->launches += st.launches;
-      total += st.us;
-    }
+  for (const runtime::KindTime& k : kinds) total += k.us;
+  nlohmann::json rows = nlohmann::json::array();
+  for (const runtime::KindTime& k : kinds) {
+    rows.push_back({{"kind", k.kind},
+                    {"steps_per_token", double(k.steps) / n},
+                    {"launches_per_token", double(k.launches) / n},
+                    {"us_per_token", k.us / n},
+                    {"us_per_step", k.us / k.steps},
+                    {"pct_of_timed", 100.0 * k.us / total}});
   }
-  std::stable_sort(kinds.begin(), kinds.end(), [](auto& x, auto& y) { return x.us > y.us; });
+  if (a.output == "json") {
+    const nlohmann::json doc{{"position", kContext + 1},
+                             {"tokens", n},
+                             {"us_per_token_timed", total / n},
+                             {"kinds", rows}};
+    fmt::print("{}\n", doc.dump(2));
+    return 0;
+  }
   fmt::print(
       "decode token at position {}, {} tokens: {:.1f} µs per token timed (every step but the "
       "last: no kernel start follows it)\n",
@@ -254,10 +256,11 @@ int run_timeline(runtime::Executor& ex, const BenchArgs& a, int64_t n_vocab) {
   fmt::print(
       "| step kind | steps/token | launches/token | µs/token | µs/step | % of timed |\n"
       "|---|---:|---:|---:|---:|---:|\n");
-  for (const Kind& k : kinds) {
-    fmt::print("| {} | {:.0f} | {:.0f} | {:.1f} | {:.2f} | {:.1f}% |\n", k.name,
-               double(k.steps) / n, double(k.launches) / n, k.us / n, k.us / k.steps,
-               100.0 * k.us / total);
+  for (const auto& r : rows) {
+    fmt::print("| {} | {:.0f} | {:.0f} | {:.1f} | {:.2f} | {:.1f}% |\n",
+               r["kind"].get<std::string>(), r["steps_per_token"].get<double>(),
+               r["launches_per_token"].get<double>(), r["us_per_token"].get<double>(),
+               r["us_per_step"].get<double>(), r["pct_of_timed"].get<double>());
   }
   return 0;
 }

@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "model/program.h"
 #include "model/rungs.h"
+#include "runtime/timeline.h"
 
 namespace gdn::runtime {
 
@@ -44,17 +45,6 @@ struct DispatchCount {
   void add(const DispatchCount& o) {
     for (int i = 0; i < model::kOpCount; ++i) add(static_cast<model::Op>(i), o.by_op[i]);
   }
-};
-
-// One program step's share of a forward pass, from the dispatch timeline (a step's first
-// kernel starting to the next step's first kernel starting, once their predecessors finished).
-// Stamps are handed to the steps in program order, so where kernels run concurrently (the
-// CUDA executor's side stream) the split among those neighbours is approximate; their sum is
-// exact.
-struct StepTime {
-  std::string kind;  // model::step_kind
-  int launches = 0;
-  double us = 0.0;
 };
 
 class Executor {

@@ -153,6 +153,12 @@ TEST(Program, StepKindsNameTheWorkNotTheLayer) {
   EXPECT_EQ(kind_of(model::Op::GdnRecurrence, 0),
             "gdn_recurrence state-in-slot state-out-slot +gating +l2norm");
   EXPECT_EQ(kind_of(model::Op::Embed, 0), "embed");
+  // Types are listed once each, bf16 and f16 told apart.
+  model::Matrix a{.name = "blk.0.a.weight", .type = quant::Type::BF16, .n_in = 8, .n_out = 2};
+  model::Matrix b{.name = "blk.0.b.weight", .type = quant::Type::F16, .n_in = 8, .n_out = 3};
+  model::Matrix c{.name = "blk.0.c.weight", .type = quant::Type::BF16, .n_in = 8, .n_out = 4};
+  const model::Step mixed{.op = model::Op::MatMulFused, .mats = {&a, &b, &c}};
+  EXPECT_EQ(model::step_kind(mixed), "mat_mul_fused a+b+c bf16+f16 8->9 none/store");
 }
 
 // The attention layer's k chain (norm, rope) is marked to run beside the q chain: it reads

@@ -267,7 +267,7 @@ void CudaExecutor::step(const model::Step& s, ProgramMem& pm, std::span<const in
     }
     if (!side_current_) fork_side();
     n = launch(s, pm, ids, slot, side_);
-    side_done({s.out, s.out2, s.in[0], s.in[1], s.in[2], s.in[3], s.in[4]});
+    side_done(views_of(s));
   } else {
     join_touching(s);
     n = launch(s, pm, ids, slot, stream_);
@@ -522,6 +522,13 @@ bool overlaps(const model::View& a, const model::View& b) {
 
 }  // namespace
 
+std::vector<model::View> CudaExecutor::views_of(const model::Step& s) {
+  std::vector<model::View> v{s.out, s.out2};
+  v.insert(v.end(), s.in.begin(), s.in.end());
+  v.insert(v.end(), s.mouts.begin(), s.mouts.end());
+  return v;
+}
+
 bool CudaExecutor::side_may_run(Op op) {
   switch (op) {
     case Op::RmsNorm:
@@ -563,15 +570,11 @@ void CudaExecutor::side_done(const std::vector<model::View>& ranges) {
 }
 
 void CudaExecutor::join_touching(const model::Step& s) {
-  const auto touches = [&](const model::View& v) {
-    if (overlaps(v, s.out) || overlaps(v, s.out2)) return true;
-    for (const model::View& i : s.in) {
-      if (overlaps(v, i)) return true;
-    }
-    for (const model::View& o : s.mouts) {
-      if (overlaps(v, o)) return true;
-    }
-    return false;
+  if (pending_.empty()) return;  // the usual case: no side work in flight
+  const std::vector<model::View> views = views_of(s);
+  const auto touches = [&](const model::View& p) {
+    return std::any_of(views.begin(), views.end(),
+                       [&](const model::View& v) { return overlaps(p, v); });
   };
   if (std::any_of(pending_.begin(), pending_.end(), touches)) join_all();
 }

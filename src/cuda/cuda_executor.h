@@ -64,6 +64,7 @@ class CudaExecutor : public runtime::Executor {
   // fused_matmul): forked from the main stream's state, joined into it before a main step
   // touches what the side work reads or writes, and at the end of every forward.
   static bool side_may_run(model::Op op);
+  static std::vector<model::View> views_of(const model::Step& s);  // every view, valid or not
   void fork_side();
   void side_done(const std::vector<model::View>& ranges);  // after a side launch
   void join_touching(const model::Step& s);

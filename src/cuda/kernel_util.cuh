@@ -102,7 +102,7 @@ __device__ __forceinline__ void pdl_enter() {
 // The buffer pointer is a per-translation-unit __device__ variable (the library is not built
 // with relocatable device code, so each .cu file has its own copy): the anonymous namespace
 // below gives every .cu file that includes this header its copy and a setter, registered at
-// static initialisation so that set_timeline() arms them all.
+// static initialisation so that a cuda::Timeline arms them all.
 namespace {
 __device__ TimelineBuffer* g_timeline = nullptr;
 cudaError_t set_timeline_here(TimelineBuffer* buf) {

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "common/error.h"
 #include "quant/types.h"
 
@@ -81,6 +83,18 @@ std::string_view matrix_role(std::string_view name) {
   return name;
 }
 
+// The variant flags of a recurrence or conv step (" state-in-slot +gating", " +silu").
+std::string step_flags(const Step& s) {
+  std::string f;
+  if (s.op == Op::GdnRecurrence) {
+    f += fmt::format("{}{}{}{}", s.state_in_slot ? " state-in-slot" : "",
+                     s.state_out_slot ? " state-out-slot" : "", s.fuse_gating ? " +gating" : "",
+                     s.fuse_l2norm ? " +l2norm" : "");
+  }
+  if (s.fuse_silu) f += " +silu";
+  return f;
+}
+
 }  // namespace
 
 std::string step_kind(const Step& s) {
@@ -92,25 +106,20 @@ std::string step_kind(const Step& s) {
   const int n = s.n_mats();
   if (n > 0) {
     int64_t n_out = 0;
-    std::string types;
+    std::vector<quant::Type> types;  // distinct, in matrix order
     for (int i = 0; i < n; ++i) {
       const Matrix& m = *s.mats[static_cast<size_t>(i)];
       k += fmt::format("{}{}", i == 0 ? " " : "+", matrix_role(m.name));
       n_out += m.n_out;
-      const std::string_view t = quant::type_info(m.type).name;
-      if (types.find(t) == std::string::npos)
-        types += fmt::format("{}{}", types.empty() ? "" : "+", t);
+      if (std::find(types.begin(), types.end(), m.type) == types.end()) types.push_back(m.type);
     }
-    k += fmt::format(" {} {}->{} {}/{}", types, s.mats[0]->n_in, n_out, prologue_name(s.prologue),
+    for (size_t i = 0; i < types.size(); ++i) {
+      k += fmt::format("{}{}", i == 0 ? " " : "+", quant::type_info(types[i]).name);
+    }
+    k += fmt::format(" {}->{} {}/{}", s.mats[0]->n_in, n_out, prologue_name(s.prologue),
                      epilogue_name(s.epilogue));
   }
-  if (s.op == Op::GdnRecurrence) {
-    k += fmt::format("{}{}{}{}", s.state_in_slot ? " state-in-slot" : "",
-                     s.state_out_slot ? " state-out-slot" : "", s.fuse_gating ? " +gating" : "",
-                     s.fuse_l2norm ? " +l2norm" : "");
-  }
-  if (s.fuse_silu) k += " +silu";
-  return k;
+  return k + step_flags(s);
 }
 
 namespace {
@@ -411,13 +420,7 @@ std::string Program::describe() const {
     if (st.w) s += fmt::format(" {}", st.w->name);
     for (int i = 0; i < st.n_mats(); ++i)
       s += fmt::format(" {}", st.mats[static_cast<size_t>(i)]->name);
-    if (st.op == Op::GdnRecurrence) {
-      s += fmt::format("{}{}{}{}", st.state_in_slot ? " state-in-slot" : "",
-                       st.state_out_slot ? " state-out-slot" : "", st.fuse_gating ? " +gating" : "",
-                       st.fuse_l2norm ? " +l2norm" : "");
-    }
-    if (st.fuse_silu) s += " +silu";
-    s += "\n";
+    s += step_flags(st) + "\n";
   }
   return s;
 }

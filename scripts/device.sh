@@ -5,8 +5,8 @@
 # (also: ncu [the one-launch GEMV's stall reasons per SASS line], profile [every kernel's
 # time in decode steps, one at a time under ncu], timeline and timelinebase [gdn bench
 # --timeline, all exact rungs / baseline + graphs], timelinetests, opsperf, ladder, benchladder,
-# nulls, benchbase [baseline granularity + graphs], prevbench and prevbenchbase [bench and
-# benchbase with a carried gdn_prev], benchnographs, compare, comparef32)
+# nulls, benchbase [baseline granularity + graphs], prevbench, prevbenchbase and prevtimeline
+# [bench, benchbase and timeline with a carried gdn_prev], benchnographs, compare, comparef32)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/gdn-device}
@@ -71,6 +71,7 @@ for s in "${steps[@]}"; do
     # The same two benchmarks with gdn_prev (a build of an earlier commit, carried beside gdn in
     # the tarball): a change and its baseline measured side by side in one call.
     prevbench) run_step prevbench "$bin/gdn_prev" bench -r 3 --rounds 2 ;;
+    prevtimeline) run_step prevtimeline "$bin/gdn_prev" bench --timeline -n 16 ;;
     prevbenchbase) run_step prevbenchbase "$bin/gdn_prev" bench -p 0 -r 3 --rounds 2 --rungs graphs ;;
     benchnographs) run_step benchnographs "$bin/src/app/gdn" bench -r 3 --rounds 2 --rungs all,-graphs ;;
     compare) run_step compare "$bin/src/app/gdn" eval --preset bonsai-27b --type q1_0 \

@@ -79,7 +79,20 @@ TEST(Rungs, EachRungRemovesThePredictedStepsAndTheyAdd) {
   for (const model::RungInfo& i : model::rung_table()) {
     if (i.exact) sum += removed(i.rung);
   }
-  EXPECT_EQ(base - steps(m->model, Rungs::exact()), sum);
+  // One interaction: with both conv-inplace and norm-gemv-fused, a decode's conv step runs in
+  // the qkv GEMV's epilogue (one step fewer per GDN layer than the two rungs apart).
+  const Rungs both = Rungs::none().with(Rung::ConvInplace).with(Rung::NormGemvFused);
+  EXPECT_EQ(base - steps(m->model, both),
+            removed(Rung::ConvInplace) + removed(Rung::NormGemvFused) + gdn);
+  EXPECT_EQ(base - steps(m->model, Rungs::exact()), sum + gdn);
+  const model::Program fused = model::build_forward(m->model, 1, false, {.rungs = both});
+  int64_t conv_steps = 0, conv_epilogues = 0;
+  for (const model::Step& st : fused.steps) {
+    conv_steps += st.op == model::Op::ConvStep;
+    conv_epilogues += st.op == model::Op::MatMulFused && st.epilogue == model::Epilogue::ConvSilu;
+  }
+  EXPECT_EQ(conv_steps, 0);
+  EXPECT_EQ(conv_epilogues, gdn);
   // Prefill programs keep their batched matmuls and their q/k norms unfused.
   EXPECT_EQ(steps(m->model, Rungs::none(), 4) - steps(m->model, Rungs::exact(), 4),
             sum - removed(Rung::NormGemvFused) - removed(Rung::L2NormFused));

@@ -243,7 +243,7 @@ void CpuExecutor::step(const model::Step& s, const model::Program& p, const int3
       return;
     }
     case Op::MatMulFused:
-      fused_matmul(s, p);
+      fused_matmul(s, p, slot);
       return;
     case Op::Null:
       return;
@@ -297,7 +297,7 @@ void CpuExecutor::gdn_step(const model::Step& s, const model::Program& p, Slot& 
 }
 
 // MatMulFused composed from the unfused reference ops (what the fused CUDA kernel equals).
-void CpuExecutor::fused_matmul(const model::Step& s, const model::Program& p) {
+void CpuExecutor::fused_matmul(const model::Step& s, const model::Program& p, Slot& slot) {
   const Rows x0 = view(p, s.in[0]);
   // The builder never lets an output alias the input (the CUDA kernels refuse it), so without
   // a prologue x is read in place.
@@ -336,6 +336,18 @@ void CpuExecutor::fused_matmul(const model::Step& s, const model::Program& p) {
       mat_mul(*s.mats[0], x, gate, pool_, opts_.q8_activations);
       mat_mul(*s.mats[1], x, up, pool_, opts_.q8_activations);
       binary(Binary::SiluMul, up, gate, view(p, s.mouts[0]));
+      return;
+    }
+    case model::Epilogue::ConvSilu: {
+      for (int i = 1; i < n; ++i) {
+        mat_mul(*s.mats[static_cast<size_t>(i)], x, view(p, s.mouts[static_cast<size_t>(i)]), pool_,
+                opts_.q8_activations);
+      }
+      const Rows pre = scratch(tmp_[1], x.rows, s.mats[0]->n_out), y = view(p, s.mouts[0]);
+      mat_mul(*s.mats[0], x, pre, pool_, opts_.q8_activations);
+      conv_step(pre, y, s.vec2->data(), model_.hp.ssm_conv_kernel,
+                slot.conv.at(static_cast<size_t>(s.layer)).data());
+      unary(Unary::Silu, y, y);
       return;
     }
   }

@@ -44,7 +44,7 @@ class CpuExecutor : public runtime::Executor {
   Rows view(const model::Program& p, const model::View& v);
   const model::Program& program(int64_t n_tokens, bool all_logits);
   void gdn_step(const model::Step& s, const model::Program& p, Slot& slot);
-  void fused_matmul(const model::Step& s, const model::Program& p);
+  void fused_matmul(const model::Step& s, const model::Program& p, Slot& slot);
   void round_state(std::vector<float>& state) const;
 
   const model::Model& model_;

@@ -367,8 +367,10 @@ void run_fused_case(Context& ctx, std::vector<Result>& out, const FusedCase& c) 
   const bool gated = c.pro == Prologue::HeadRmsNormSiluGate || c.pro == Prologue::SigmoidGate;
   const bool normed = c.pro == Prologue::RmsNorm || c.pro == Prologue::HeadRmsNormSiluGate;
   const int64_t norm_len = c.pro == Prologue::RmsNorm ? c.n_in : c.head_dim;
-  // Outputs: the matrices' n_out (Store), or one vector of n_out[0] (AddInto, SiluMulPair).
-  const int n_y = c.epi == Epilogue::Store ? n : 1;
+  // Outputs: the matrices' n_out (Store, ConvSilu), or one vector of n_out[0] (AddInto,
+  // SiluMulPair).
+  const bool conv = c.epi == Epilogue::ConvSilu;
+  const int n_y = c.epi == Epilogue::Store || conv ? n : 1;
   constexpr int64_t kPad = 3;  // poisoned floats after every output
 
   // Host data and uploads.
@@ -384,6 +386,24 @@ void run_fused_case(Context& ctx, std::vector<Result>& out, const FusedCase& c) 
   const std::vector<float> norm =
       ctx.random(static_cast<size_t>(std::max<int64_t>(norm_len, 1)), 0.5f, 1.5f);
   const std::vector<float> residual = ctx.random(static_cast<size_t>(c.n_out[0]));
+  // ConvSilu: Qwen3.5's 4 taps over matrix 0's rows, a random history. Each run advances its
+  // own copy of the state, which must come out bit-identical too.
+  constexpr int64_t kConvKernel = 4;
+  const int64_t conv_floats = conv ? (kConvKernel - 1) * c.n_out[0] : 0;
+  const std::vector<float> conv_w =
+      ctx.random(static_cast<size_t>(conv ? kConvKernel * c.n_out[0] : 0));
+  const std::vector<float> conv_state0 = ctx.random(static_cast<size_t>(conv_floats));
+  DeviceBuffer d_conv_w(conv_w.size() * 4 + 4), d_state_unfused(conv_state0.size() * 4 + 4),
+      d_state_fused(conv_state0.size() * 4 + 4);
+  const auto fresh_state = [&](DeviceBuffer& b) {
+    CUDA_CHECK(cudaMemcpyAsync(b.get(), conv_state0.data(), conv_state0.size() * 4,
+                               cudaMemcpyHostToDevice, s));
+  };
+  if (conv) {
+    CUDA_CHECK(cudaMemcpyAsync(d_conv_w.get(), conv_w.data(), conv_w.size() * 4,
+                               cudaMemcpyHostToDevice, s));
+    fresh_state(d_state_unfused);
+  }
   const int64_t off = c.misalign ? 1 : 0;
   DeviceBuffer dx((c.n_in + 4) * sizeof(float)), dg((c.n_in + 4) * sizeof(float)),
       dn((norm.size() + 4) * sizeof(float)), dp(c.n_in * sizeof(float));
@@ -435,6 +455,12 @@ void run_fused_case(Context& ctx, std::vector<Result>& out, const FusedCase& c) 
   std::vector<DeviceBuffer> unfused;  // the outputs of the unfused sequence
   if (c.epi == Epilogue::Store) {
     unfused = std::move(products);
+  } else if (conv) {
+    unfused = std::move(products);
+    DeviceBuffer y0 = poisoned(0, false);
+    conv_step(vec_rows(unfused[0].as<float>(), c.n_out[0]), vec_rows(y0.as<float>(), c.n_out[0]),
+              d_conv_w.as<float>(), kConvKernel, d_state_unfused.as<float>(), true, s);
+    unfused[0] = std::move(y0);
   } else {
     unfused.push_back(poisoned(0, c.epi == Epilogue::AddInto));
     const DevRows y = vec_rows(unfused[0].as<float>(), c.n_out[0]);
@@ -461,11 +487,17 @@ void run_fused_case(Context& ctx, std::vector<Result>& out, const FusedCase& c) 
   f.eps = eps;
   f.n = n;
   for (int i = 0; i < n; ++i) f.w[i] = &copies[0][i];
+  if (conv) {
+    f.conv_w = d_conv_w.as<float>();
+    f.conv_state = d_state_fused.as<float>();
+    f.conv_kernel = kConvKernel;
+  }
   std::vector<float> gpu_all, ref_all;
   for (int spare : {0, sm_count() - 2}) {
     fused.clear();
     for (int i = 0; i < n_y; ++i) fused.push_back(poisoned(i, c.epi == Epilogue::AddInto));
     for (int i = 0; i < n_y; ++i) f.y[i] = fused[i].as<float>();
+    if (conv) fresh_state(d_state_fused);
     f.spare_sms = spare;
     matmul_fused(f, s);
     Result bits;
@@ -485,6 +517,15 @@ void run_fused_case(Context& ctx, std::vector<Result>& out, const FusedCase& c) 
       }
       gpu_all.insert(gpu_all.end(), a.begin(), a.begin() + c.n_out[i]);
     }
+    if (conv) {
+      const std::vector<float> a = download(d_state_fused, static_cast<size_t>(conv_floats), s);
+      const std::vector<float> b = download(d_state_unfused, static_cast<size_t>(conv_floats), s);
+      for (int64_t j = 0; j < conv_floats; ++j) {
+        if (std::memcmp(&a[j], &b[j], sizeof(float)) != 0 && diff++ == 0) {
+          bits.detail = fmt::format("conv state float {}: fused {} unfused {}", j, a[j], b[j]);
+        }
+      }
+    }
     bits.error = double(diff);
     bits.passed = diff == 0;
     if (diff > 0) bits.detail = fmt::format("{} floats differ; first: {}", diff, bits.detail);
@@ -499,7 +540,14 @@ void run_fused_case(Context& ctx, std::vector<Result>& out, const FusedCase& c) 
   CUDA_CHECK(cudaStreamSynchronize(s));
   std::vector<std::vector<float>> dots;
   for (int i = 0; i < n; ++i) dots.push_back(reference(hm[i], p, 1, how.q8_128_activations));
-  if (c.epi == Epilogue::Store) {
+  if (conv) {  // the CPU's conv step and SiLU on matrix 0's dots
+    std::vector<float> state = conv_state0, y0(dots[0].size());
+    cpu::conv_step({dots[0].data(), 1, c.n_out[0], c.n_out[0]},
+                   {y0.data(), 1, c.n_out[0], c.n_out[0]}, conv_w.data(), kConvKernel,
+                   state.data());
+    for (size_t j = 0; j < y0.size(); ++j) dots[0][j] = cpu::silu(y0[j]);
+  }
+  if (c.epi == Epilogue::Store || conv) {
     for (const auto& d : dots) ref_all.insert(ref_all.end(), d.begin(), d.end());
   } else {
     for (int64_t r = 0; r < c.n_out[0]; ++r) {
@@ -527,7 +575,8 @@ void run_fused_case(Context& ctx, std::vector<Result>& out, const FusedCase& c) 
     });
     int64_t y_floats = 0;
     for (int i = 0; i < n_y; ++i) y_floats += c.n_out[i] * (c.epi == Epilogue::AddInto ? 2 : 1);
-    r.bytes = bytes + 4.0 * double(c.n_in * (gated ? 2 : 1) + (normed ? norm_len : 0) + y_floats);
+    r.bytes = bytes + 4.0 * double(c.n_in * (gated ? 2 : 1) + (normed ? norm_len : 0) + y_floats +
+                                   int64_t(conv_w.size()) + 2 * conv_floats);
   }
   out.push_back(r);
 }
@@ -549,6 +598,7 @@ void add_fused_checks(Context& ctx, std::vector<Result>& out) {
       run_fused_case(ctx, out, fused_case(t, p, Epilogue::AddInto, n_in, {1000}, hd));
       run_fused_case(ctx, out, fused_case(t, p, Epilogue::SiluMulPair, n_in, {77, 77}, hd));
       run_fused_case(ctx, out, fused_case(t, p, Epilogue::SiluMulPair, n_in, {300, 300}, hd, true));
+      run_fused_case(ctx, out, fused_case(t, p, Epilogue::ConvSilu, n_in, {300, 77}, hd));
     }
     // Heads longer than 256 (several virtual warps per head) and misaligned views.
     run_fused_case(
@@ -576,6 +626,7 @@ void add_fused_checks(Context& ctx, std::vector<Result>& out) {
     run_fused_case(ctx, out, fc);
   };
   bonsai(Type::Q1_0, Prologue::RmsNorm, Epilogue::Store, 5120, {10240, 6144}, 0, "qkv+z");
+  bonsai(Type::Q1_0, Prologue::RmsNorm, Epilogue::ConvSilu, 5120, {10240, 6144}, 0, "conv(qkv)+z");
   bonsai(Type::BF16, Prologue::RmsNorm, Epilogue::Store, 5120, {48, 48}, 0, "beta+alpha");
   bonsai(Type::Q1_0, Prologue::RmsNorm, Epilogue::SiluMulPair, 5120, {17408, 17408}, 0, "gate+up");
   bonsai(Type::Q1_0, Prologue::RmsNorm, Epilogue::Store, 5120, {12288, 1024, 1024}, 0, "q+k+v");
@@ -657,6 +708,26 @@ void add_fused_refusals(Context& ctx, std::vector<Result>& out) {
                f.head_dim = 100;
              }),
       broken("output overlaps x", [&](FusedGemv& f) { f.y[0] = x + 8; }),
+      broken("conv without state",
+             [&](FusedGemv& f) {
+               f.epilogue = Epilogue::ConvSilu;
+               f.conv_w = x;
+               f.conv_kernel = 4;
+             }),
+      broken("conv of 5 taps",
+             [&](FusedGemv& f) {
+               f.epilogue = Epilogue::ConvSilu;
+               f.conv_w = x;
+               f.conv_state = y2;
+               f.conv_kernel = 5;
+             }),
+      broken("conv state overlaps output",
+             [&](FusedGemv& f) {
+               f.epilogue = Epilogue::ConvSilu;
+               f.conv_w = x;
+               f.conv_state = y + 4;
+               f.conv_kernel = 4;
+             }),
       broken("null matrix", [&](FusedGemv& f) { f.w[0] = nullptr; }),
   };
   for (const Refusal& rc : cases) {

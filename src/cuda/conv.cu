@@ -17,7 +17,8 @@
 // Precision: the sum is accumulated in double in the CPU's order (current tap first, then the
 // history oldest first) and rounded to f32 once. A product of two floats is exact in double,
 // so each step (fused or not) rounds exactly as the CPU's does: the result is the CPU's bit
-// for bit. It costs nothing measurable — the kernel moves bytes, K double FMAs per element.
+// for bit (conv::channel_sum in conv.cuh, shared with the fused GEMV's conv epilogue). It
+// costs nothing measurable — the kernel moves bytes, K double FMAs per element.
 // x and y must not overlap (checked).
 //
 // Fusions (rung conv-inplace and its baseline). silu: the output is detail::silu of the
@@ -30,7 +31,7 @@
 // same history the two modes give the same bits.
 #include <algorithm>
 
-#include "cuda/kernel_util.cuh"
+#include "cuda/conv.cuh"
 
 namespace gdn::cuda {
 namespace {
@@ -82,19 +83,14 @@ __global__ void __launch_bounds__(kConvThreads)
 #pragma unroll
     for (int b = 0; b < kTokenBatch; ++b) {
       if (t0 + b >= T) break;
-      double acc = double(w_cur) * double(xb[b]);
-#pragma unroll
-      for (int j = 0; j < kMaxKernel - 1; ++j) {
-        if (j < hist) acc += double(wh[j]) * double(h[j]);
-      }
+      const float sum = conv::channel_sum(w_cur, xb[b], wh, h, hist);
       // Shift the history: the current input becomes the newest entry.
 #pragma unroll
       for (int j = 0; j < kMaxKernel - 1; ++j) {
         if (j + 1 < hist) h[j] = h[j + 1];
         if (j == hist - 1) h[j] = xb[b];
       }
-      const float conv = static_cast<float>(acc);
-      row_ptr(y, t0 + b)[c] = kSilu ? detail::silu(conv) : conv;
+      row_ptr(y, t0 + b)[c] = kSilu ? detail::silu(sum) : sum;
     }
     // The new state is entries [T, T + hist) of the extended sequence. Only the thread of the
     // first token chunk reads the old state, so it alone writes the new one, after its reads:

@@ -416,7 +416,7 @@ int CudaExecutor::launch(const model::Step& s, ProgramMem& pm, std::span<const i
       copy_rows(in(0), s.row0, out(), st);
       return 1;
     case Op::MatMulFused:
-      return fused_matmul(s, pm);
+      return fused_matmul(s, pm, slot);
     case Op::Null:
       empty_kernel(st);
       return 1;
@@ -447,14 +447,15 @@ int CudaExecutor::recurrence(const model::Step& s, ProgramMem& pm, Slot& slot, c
 }
 
 // One launch per kernel family among the step's matrices (Bonsai's qkv+z are Q1_0, beta+alpha
-// BF16: two launches). An epilogue that combines matrices needs them in one launch. With
-// several families (Store: independent outputs of one input) the family with the most rows
+// BF16: two launches). An epilogue that combines matrices needs them in one launch; ConvSilu
+// runs in matrix 0's launch, the other families' matrices Store. With
+// several families (independent outputs of one input) the family with the most rows
 // runs on the main stream and the others on the side stream, concurrently: serialised, the
 // 48-row beta+alpha GEMV added ~10 us to each GDN layer's ~9 us qkv+z GEMV (gdn bench
 // --timeline, H200, 2026-12-01). The main launch leaves the side launches' SMs free, so that
 // none of its persistent CTAs waits behind them. Which CTA computes a row does not change its
 // arithmetic, so the outputs are the serial launches' bits.
-int CudaExecutor::fused_matmul(const model::Step& s, ProgramMem& pm) {
+int CudaExecutor::fused_matmul(const model::Step& s, ProgramMem& pm, Slot& slot) {
   const int n = s.n_mats();
   const DevRows x = view(pm, s.in[0]);
   if (x.rows != 1) fail("cuda executor: mat_mul_fused runs one token, got {}", x.rows);
@@ -466,6 +467,8 @@ int CudaExecutor::fused_matmul(const model::Step& s, ProgramMem& pm) {
   base.norm = s.vec ? vec(s.vec) : nullptr;
   base.head_dim = s.head_dim;
   base.eps = s.eps;
+  const bool per_matrix =
+      s.epilogue == model::Epilogue::Store || s.epilogue == model::Epilogue::ConvSilu;
   std::vector<FusedGemv> families;
   std::vector<std::vector<size_t>> members;  // the step's matrix indices of each family
   std::vector<int64_t> rows;
@@ -473,6 +476,15 @@ int CudaExecutor::fused_matmul(const model::Step& s, ProgramMem& pm) {
   for (int i = 0; i < n; ++i) {
     if (done[static_cast<size_t>(i)]) continue;
     FusedGemv f = base;
+    if (s.epilogue == model::Epilogue::ConvSilu) {
+      if (i == 0) {
+        f.conv_w = vec(s.vec2);
+        f.conv_state = slot.conv.at(static_cast<size_t>(s.layer)).as<float>();
+        f.conv_kernel = static_cast<int>(model_.hp.ssm_conv_kernel);
+      } else {
+        f.epilogue = model::Epilogue::Store;
+      }
+    }
     members.emplace_back();
     rows.push_back(0);
     const int family = fused_family(matrix(s.mats[static_cast<size_t>(i)]).type);
@@ -482,14 +494,13 @@ int CudaExecutor::fused_matmul(const model::Step& s, ProgramMem& pm) {
       if (done[k] || fused_family(w.type) != family) continue;
       done[k] = true;
       f.w[f.n] = &w;
-      f.y[f.n] = s.epilogue == model::Epilogue::Store
-                     ? view(pm, s.mouts[k]).data
-                     : (f.n == 0 ? view(pm, s.mouts[0]).data : nullptr);
+      f.y[f.n] =
+          per_matrix ? view(pm, s.mouts[k]).data : (f.n == 0 ? view(pm, s.mouts[0]).data : nullptr);
       ++f.n;
       members.back().push_back(k);
       rows.back() += w.n_out;
     }
-    if (f.n != n && s.epilogue != model::Epilogue::Store) {
+    if (f.n != n && !per_matrix) {
       fail(
           "cuda executor: mat_mul_fused with a combining epilogue needs its matrices in one "
           "kernel family ({} has {} of {})",

@@ -59,7 +59,7 @@ class CudaExecutor : public runtime::Executor {
             runtime::DispatchCount& count);
   int launch(const model::Step& s, ProgramMem& pm, std::span<const int32_t> ids, Slot& slot,
              cudaStream_t st);
-  int fused_matmul(const model::Step& s, ProgramMem& pm);
+  int fused_matmul(const model::Step& s, ProgramMem& pm, Slot& slot);
   // Side-stream work (concurrent steps, see step(); a fused step's second kernel family, see
   // fused_matmul): forked from the main stream's state, joined into it before a main step
   // touches what the side work reads or writes, and at the end of every forward.

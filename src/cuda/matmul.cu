@@ -85,6 +85,19 @@ PrologueArgs prologue_args(const FusedGemv& f) {
   return p;
 }
 
+EpilogueArgs epilogue_args(const FusedGemv& f) {
+  EpilogueArgs e;
+  e.kind = f.epilogue;
+  for (int i = 0; i < f.n; ++i) e.y[i] = f.y[i];
+  if (f.epilogue == Epilogue::ConvSilu) {
+    e.conv_w = f.conv_w;
+    e.conv_state = f.conv_state;
+    e.conv_kernel = f.conv_kernel;
+    e.channels = static_cast<int>(f.w[0]->n_out);
+  }
+  return e;
+}
+
 void check_matmul_args(const GpuMatrix& w, const float* x, int64_t ldx, const float* y, int64_t ldy,
                        int64_t n_tokens) {
   const auto name = quant::type_info(w.type).name;
@@ -169,7 +182,7 @@ void check_fused(const FusedGemv& f) {
     fail("cuda matmul_fused ({} -> {}) of {}: {}", model::prologue_name(f.prologue),
          model::epilogue_name(f.epilogue), describe_fused(f), why);
   };
-  if (static_cast<int>(f.prologue) > 3 || static_cast<int>(f.epilogue) > 2) {
+  if (static_cast<int>(f.prologue) > 3 || static_cast<int>(f.epilogue) > 3) {
     bad("unknown prologue or epilogue");
   }
   if (f.n < 1 || f.n > kMaxFusedMatrices) {
@@ -190,6 +203,7 @@ void check_fused(const FusedGemv& f) {
   }
   switch (f.epilogue) {
     case Epilogue::Store:
+    case Epilogue::ConvSilu:
       for (int i = 0; i < f.n; ++i) {
         if (f.y[i] == nullptr) bad(fmt::format("no output for matrix {}", i));
       }
@@ -216,8 +230,20 @@ void check_fused(const FusedGemv& f) {
       (f.head_dim <= 0 || w0.n_in % f.head_dim != 0)) {
     bad(fmt::format("head_dim {} must be positive and divide n_in", f.head_dim));
   }
+  const int64_t conv_floats = (int64_t(f.conv_kernel) - 1) * w0.n_out;
+  if (f.epilogue == Epilogue::ConvSilu) {
+    if (f.conv_kernel < 1 || f.conv_kernel > model::kMaxFusedConvKernel) {
+      bad(fmt::format("conv kernel size {} (the fused conv holds 1 to {} taps)", f.conv_kernel,
+                      model::kMaxFusedConvKernel));
+    }
+    if (f.conv_w == nullptr || (f.conv_kernel > 1 && f.conv_state == nullptr)) {
+      bad("no conv weights or conv state");
+    }
+    if (overlaps(f.conv_state, conv_floats, f.x, w0.n_in)) bad("the conv state overlaps the input");
+  }
   // Every CTA reads the whole input while others write outputs: they must not overlap.
-  const int n_outputs = f.epilogue == Epilogue::Store ? f.n : 1;
+  const bool per_matrix = f.epilogue == Epilogue::Store || f.epilogue == Epilogue::ConvSilu;
+  const int n_outputs = per_matrix ? f.n : 1;
   for (int i = 0; i < n_outputs; ++i) {
     const int64_t n_out = f.w[i]->n_out;
     if (overlaps(f.y[i], n_out, f.x, w0.n_in) ||
@@ -226,6 +252,9 @@ void check_fused(const FusedGemv& f) {
     }
     for (int j = 0; j < i; ++j) {
       if (overlaps(f.y[i], n_out, f.y[j], f.w[j]->n_out)) bad("outputs overlap");
+    }
+    if (f.epilogue == Epilogue::ConvSilu && overlaps(f.y[i], n_out, f.conv_state, conv_floats)) {
+      bad(fmt::format("output {} overlaps the conv state", i));
     }
   }
 }

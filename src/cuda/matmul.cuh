@@ -26,6 +26,7 @@
 
 #include "common/error.h"
 #include "cuda/check.h"
+#include "cuda/conv.cuh"
 #include "cuda/matrix.h"
 #include "cuda/norm.cuh"
 
@@ -402,11 +403,36 @@ __device__ __forceinline__ void prologue_scales(const PrologueArgs& p, float* su
   if (p.chunk == 0) return;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
   const int per_chunk = norm::norm_warps(p.chunk), n_chunks = p.n_in / p.chunk;
-  for (int v = warp; v < n_chunks * per_chunk; v += n_warps) {  // warp-uniform: converged
-    const int c = v / per_chunk;
-    const float s =
-        norm::virtual_warp_sum_squares(p.x + int64_t(c) * p.chunk, p.chunk, v - c * per_chunk);
-    if (lane == 0) sums[v] = s;
+  const int total = n_chunks * per_chunk;
+  if (norm::one_tile(p.chunk)) {
+    // A warp's virtual warps in batches, every load of a batch issued before its arithmetic:
+    // one round trip to L2 per batch, not per virtual warp (ssm_out's 48 head norms on 18
+    // warps were three dependent rounds).
+    constexpr int kBatch = 4;
+    for (int v0 = warp; v0 < total; v0 += kBatch * n_warps) {  // warp-uniform: converged
+      float t[kBatch][norm::kPerThread];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int v = v0 + b * n_warps, c = v / per_chunk;
+        if (v < total) {
+          norm::load_tile(p.x + int64_t(c) * p.chunk, p.chunk, v - c * per_chunk, 0, t[b]);
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int v = v0 + b * n_warps;
+        if (v >= total) break;
+        const float s = detail::warp_sum(norm::add_tile_squares(t[b], 0.0f));
+        if (lane == 0) sums[v] = s;
+      }
+    }
+  } else {
+    for (int v = warp; v < total; v += n_warps) {  // warp-uniform: converged
+      const int c = v / per_chunk;
+      const float s =
+          norm::virtual_warp_sum_squares(p.x + int64_t(c) * p.chunk, p.chunk, v - c * per_chunk);
+      if (lane == 0) sums[v] = s;
+    }
   }
   __syncthreads();  // every virtual warp's sum is in shared memory before a chunk adds them
   for (int c = threadIdx.x; c < n_chunks; c += blockDim.x) {
@@ -500,27 +526,115 @@ __device__ __forceinline__ void prologue_stage(const PrologueArgs& p, int n_stag
   }
 }
 
-// The epilogue of one output row: s0 = W_m·p(x) (m the row's matrix), s1 = W_1·p(x) for a pair.
+// The epilogue's operands (host: epilogue_args).
+struct EpilogueArgs {
+  Epilogue kind = Epilogue::Store;
+  float* y[kMaxFusedMatrices] = {};
+  // ConvSilu: matrix 0's rows are the conv's channels (FusedGemv's conv_* fields).
+  const float* conv_w = nullptr;  // [channels][conv_kernel]
+  float* conv_state = nullptr;    // [conv_kernel - 1][channels]
+  int conv_kernel = 0;            // 1..model::kMaxFusedConvKernel
+  int channels = 0;
+};
+
+// A conv channel's taps (ConvSilu): its weights, current tap last, and its history (the slot's
+// conv state, oldest first).
+struct ConvTaps {
+  float w[model::kMaxFusedConvKernel];
+  float h[model::kMaxFusedConvKernel - 1];
+};
+constexpr int kConvTapFloats = 2 * model::kMaxFusedConvKernel;  // a row's taps in shared memory
+
+__device__ __forceinline__ ConvTaps load_conv_taps(const EpilogueArgs& e, int64_t c) {
+  ConvTaps t;
+  const int hist = e.conv_kernel - 1;
+#pragma unroll
+  for (int j = 0; j < model::kMaxFusedConvKernel; ++j) {
+    t.w[j] = j <= hist ? e.conv_w[c * e.conv_kernel + j] : 0.0f;
+    if (j < model::kMaxFusedConvKernel - 1) {
+      t.h[j] = j < hist ? e.conv_state[j * int64_t(e.channels) + c] : 0.0f;
+    }
+  }
+  return t;
+}
+
+// The same taps copied into dst[kConvTapFloats] of shared memory by cp.async (w at 0, h at
+// kMaxFusedConvKernel), for a kernel with no registers to spare: issued long before the
+// epilogue, they cost no register while in flight (held in registers across the Q1_0 GEMV's
+// dot products they made it spill). The issuing thread reads them back (conv_taps_arrived).
+__device__ __forceinline__ void issue_conv_taps(const EpilogueArgs& e, int64_t c, float* dst) {
+  const auto copy = [](float* to, const float* from) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(
+                     static_cast<uint32_t>(__cvta_generic_to_shared(to))),
+                 "l"(from)
+                 : "memory");
+  };
+  const int hist = e.conv_kernel - 1;
+  for (int j = 0; j <= hist; ++j) copy(dst + j, e.conv_w + c * e.conv_kernel + j);
+  for (int j = 0; j < hist; ++j) {
+    copy(dst + model::kMaxFusedConvKernel + j, e.conv_state + j * int64_t(e.channels) + c);
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+__device__ __forceinline__ ConvTaps conv_taps_arrived(const float* src, int conv_kernel) {
+  asm volatile("cp.async.wait_all;" ::: "memory");
+  ConvTaps t;
+  const int hist = conv_kernel - 1;
+#pragma unroll
+  for (int j = 0; j < model::kMaxFusedConvKernel; ++j) {
+    t.w[j] = j <= hist ? src[j] : 0.0f;
+    if (j < model::kMaxFusedConvKernel - 1) {
+      t.h[j] = j < hist ? src[model::kMaxFusedConvKernel + j] : 0.0f;
+    }
+  }
+  return t;
+}
+
+// The epilogue of one output row of matrix m: s0 = W_m·p(x), s1 = W_1·p(x) for a pair; taps:
+// the row's conv taps (ConvSilu, m = 0; else unused).
 // The expressions are elementwise.cu's functors: AddOp `y + x` (y the residual), SiluMulOp
-// `x * silu(g)` with x = up (W_1) and g = gate (W_0).
-__device__ __forceinline__ void epilogue_store(Epilogue e, float* y0, float* ym, int64_t row,
-                                               float s0, float s1) {
-  switch (e) {
+// `x * silu(g)` with x = up (W_1) and g = gate (W_0); ConvSilu is conv.cu's decode step with
+// SiLU (conv::channel_sum, then the history shifted into the state).
+__device__ __forceinline__ void epilogue_store(const EpilogueArgs& e, int m, int64_t row, float s0,
+                                               float s1, const ConvTaps& taps) {
+  switch (e.kind) {
     case Epilogue::Store:
-      ym[row] = s0;
+      e.y[m][row] = s0;
       return;
     case Epilogue::AddInto:
-      y0[row] = y0[row] + s0;
+      e.y[0][row] = e.y[0][row] + s0;
       return;
     case Epilogue::SiluMulPair:
-      y0[row] = s1 * detail::silu(s0);
+      e.y[0][row] = s1 * detail::silu(s0);
       return;
+    case Epilogue::ConvSilu: {
+      if (m != 0) {
+        e.y[m][row] = s0;
+        return;
+      }
+      const int hist = e.conv_kernel - 1;
+      float wh[model::kMaxFusedConvKernel - 1];
+#pragma unroll
+      for (int j = 0; j < model::kMaxFusedConvKernel - 1; ++j) wh[j] = taps.w[j];
+      float w_cur = taps.w[0];
+#pragma unroll
+      for (int j = 1; j < model::kMaxFusedConvKernel; ++j) w_cur = j == hist ? taps.w[j] : w_cur;
+      e.y[0][row] = detail::silu(conv::channel_sum(w_cur, s0, wh, taps.h, hist));
+#pragma unroll
+      for (int j = 0; j < model::kMaxFusedConvKernel - 1; ++j) {
+        if (j < hist) {
+          e.conv_state[j * int64_t(e.channels) + row] = j + 1 < hist ? taps.h[j + 1] : s0;
+        }
+      }
+      return;
+    }
   }
 }
 
 // Host side of a fused launch (matmul.cu): the prologue's arguments for this FusedGemv (validated
 // by the caller), and the occupancy of a kernel shape (cached).
 PrologueArgs prologue_args(const FusedGemv& f);
+EpilogueArgs epilogue_args(const FusedGemv& f);
 int occupancy(const void* kernel, int threads, size_t smem);
 
 // ---------------------------------------------------------------------------------------------
@@ -541,11 +655,10 @@ int occupancy(const void* kernel, int threads, size_t smem);
 struct ChunkedFusedArgs {
   const uint4* codes[kMaxFusedMatrices];    // [n_groups][n_chunks][32] per matrix
   const __half* scales[kMaxFusedMatrices];  // [n_groups][n_blocks][32] or null
-  float* y[kMaxFusedMatrices];
   int unit_end[kMaxFusedMatrices];  // units [unit_end[m-1], unit_end[m]) are matrix m's groups
   int n_out[kMaxFusedMatrices];
   int n_units, n_chunks, n_blocks, chunks_per_warp, n_stage;
-  Epilogue epilogue;
+  EpilogueArgs epi;
   PrologueArgs pro;
 };
 
@@ -563,7 +676,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
   const int c_begin = min(a.n_chunks, warp * a.chunks_per_warp);
   const int c_end = min(a.n_chunks, c_begin + a.chunks_per_warp);
-  const int n_sub = a.epilogue == Epilogue::SiluMulPair ? 2 : 1;
+  const int n_sub = a.epi.kind == Epilogue::SiluMulPair ? 2 : 1;
   const auto locate = [&](int u, int& m, int& group) {
     m = 0;
     while (u >= a.unit_end[m]) ++m;
@@ -620,13 +733,16 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
     if (threadIdx.x < 32) {
       const int64_t row = int64_t(group) * 32 + lane;
       if (row < a.n_out[m]) {
+        // Loaded before the sums so that their latency overlaps the warp-order additions.
+        const bool conv = a.epi.kind == Epilogue::ConvSilu && m == 0;
+        const ConvTaps taps = conv ? load_conv_taps(a.epi, row) : ConvTaps{};
         float s[2] = {0.0f, 0.0f};
         for (int ms = 0; ms < n_sub; ++ms) {
           float sum = 0.0f;
           for (int w = 0; w < n_warps; ++w) sum += red[ms][w][lane];  // chunked_kernel's order
           s[ms] = sum;
         }
-        epilogue_store(a.epilogue, a.y[0], a.y[m], row, s[0], s[1]);
+        epilogue_store(a.epi, m, row, s[0], s[1], taps);
       }
     }
     __syncthreads();  // the sums are read before the next unit overwrites them
@@ -643,7 +759,7 @@ unsigned chunked_fused(const FusedGemv& f, cudaStream_t s) {
   const int warps = chunked_warps(a.n_chunks);
   a.chunks_per_warp = static_cast<int>(ceil_div(a.n_chunks, warps));
   a.n_stage = a.n_chunks * F::kElems;  // a multiple of 4
-  a.epilogue = f.epilogue;
+  a.epi = epilogue_args(f);
   const bool pair = f.epilogue == Epilogue::SiluMulPair;
   int units = 0;
   for (int i = 0; i < kMaxFusedMatrices; ++i) {
@@ -651,7 +767,6 @@ unsigned chunked_fused(const FusedGemv& f, cudaStream_t s) {
       const GpuMatrix& w = *f.w[i];
       a.codes[i] = w.codes.as<const uint4>();
       a.scales[i] = F::kChunksPerBlock > 0 ? w.scales.as<const __half>() : nullptr;
-      a.y[i] = f.y[i];
       a.n_out[i] = static_cast<int>(w.n_out);
       units = pair ? static_cast<int>(w.n_row_tiles) : units + static_cast<int>(w.n_row_tiles);
     }

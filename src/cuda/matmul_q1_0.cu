@@ -45,13 +45,14 @@
 //     dp4a: act[block][t*8 + k] = the codes q[32t+8b+k] for b = 0..3 as int8x4.
 //   meta[block] = {d_x, sum q}.
 //
-// Quantisation (quantize_eighth, the one home of the formula, run by the quantise kernel of
+// Quantisation (quantize_eighths, the one home of the formula, run by the quantise kernel of
 // the two-launch path and by the one-launch GEMV): a thread per eighth of a block (8
-// consecutive elements), the sixteen eighths of a block on sixteen aligned lanes. amax over the
+// consecutive elements; the GEMV's threads take two, interleaved), the sixteen eighths of a
+// block on sixteen aligned lanes. amax over the
 // block (four shuffles), d = amax / 127 (IEEE division), q = roundf(v / d) (0 when d = 0), sum
 // q. The codes come from v * (1/d) with a tie guard instead of IEEE divisions: when the product
 // is more than 2^-14 from a half-integer it rounds like the exact quotient (proof at
-// quantize_codes), otherwise the thread redoes its eight with the division. Its 8 codes become
+// quantize_codes_fast), otherwise the thread redoes its eight with the division. Its 8 codes become
 // 8 plane bytes by one 8x8 bit transpose, and the four lanes of a quarter swap bytes (two
 // shuffle steps) into the plane words. A thread per quarter (32 elements, ~500 instructions in
 // one dependent chain) kept 5 of 15 warps busy: its phase of the 5120->10240 GEMV took ~2.3 us
@@ -448,11 +449,12 @@ __device__ __forceinline__ uint32_t pack_low_bytes(uint32_t a, uint32_t b, uint3
 // |t - v/d| <= |v/d|·(2^-24 + 2^-24 + 2^-48) < 2^-16 and |fl(v/d) - v/d| <= 2^-18 (half an ulp
 // below 128): t and fl(v/d) differ by < 2^-15. If t is more than 2^-14 from every half-integer,
 // fl(v/d) lies strictly on the same side of the same half-integers, so roundf(fl(v/d)) is the
-// integer nearest t, with no tie. Otherwise (or for d outside that range, 0, inf or NaN) the
-// thread redoes its eight exactly. Checked on the host against roundf(v/d) for 2.4e7 values
-// (many of them exact half-integer quotients) and by gdn ops' q1_quantize check against
-// quant::quantize_activations_q8_128 on the GPU.
-__device__ __forceinline__ void quantize_codes(const float (&v)[8], float d, uint32_t (&w)[2]) {
+// integer nearest t, with no tie. Otherwise (or for d outside that range, 0, inf or NaN) it
+// returns true and the thread redoes its eight exactly (quantize_codes_exact). Checked on the
+// host against roundf(v/d) for 2.4e7 values (many of them exact half-integer quotients) and by
+// gdn ops' q1_quantize check against quant::quantize_activations_q8_128 on the GPU.
+__device__ __forceinline__ bool quantize_codes_fast(const float (&v)[8], float d,
+                                                    uint32_t (&w)[2]) {
   constexpr float kMagic = 12582912.0f;         // 1.5 * 2^23
   constexpr float kTieGuard = 0.5f - 0x1p-14f;  // |t - rint(t)| below this: not near a tie
   const float r = __frcp_rn(d);
@@ -469,16 +471,20 @@ __device__ __forceinline__ void quantize_codes(const float (&v)[8], float d, uin
     }
     w[k] = pack_low_bytes(m[0], m[1], m[2], m[3]);
   }
-  if (exact) {
+  return exact;
+}
+
+// The codes by IEEE division: quantize_codes_fast's fallback.
+__device__ __forceinline__ void quantize_codes_exact(const float (&v)[8], float d,
+                                                     uint32_t (&w)[2]) {
 #pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      uint32_t q[4];
+  for (int k = 0; k < 2; ++k) {
+    uint32_t q[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        q[e] = static_cast<uint32_t>(d == 0.0f ? 0 : static_cast<int>(roundf(v[4 * k + e] / d)));
-      }
-      w[k] = pack_low_bytes(q[0], q[1], q[2], q[3]);
+    for (int e = 0; e < 4; ++e) {
+      q[e] = static_cast<uint32_t>(d == 0.0f ? 0 : static_cast<int>(roundf(v[4 * k + e] / d)));
     }
+    w[k] = pack_low_bytes(q[0], q[1], q[2], q[3]);
   }
 }
 
@@ -509,36 +515,70 @@ __device__ __forceinline__ uint32_t transpose_bytes4(uint32_t x, int lane) {
   return __byte_perm(z, w, (lane & 2) ? 0x3276 : 0x5410);
 }
 
-// Quantises eighth u of a staged vector: elements 8u..8u+7 (float4s 2u, 2u+1 at stage_pos) are
-// element 32t + 8j.. of block u / 16, with quarter t = (u / 4) % 4 and j = u % 4. The sixteen
-// eighths of a block must sit on sixteen aligned lanes (u % 16 = lane % 16) and all 32 lanes
-// must call it (shuffles). Out: this lane's two activation words for act[block][t*8 + j] and
-// act[block][t*8 + 4 + j], and the block's d and sum (on all sixteen lanes).
+// Quantises eighths u[0..N) of a staged vector, N independent chains interleaved phase by
+// phase so that one thread's shuffles and dependent arithmetic overlap (a chain is ~130
+// dependent instructions with 12 shuffles: one per thread left the prologue latency-bound).
+// Eighth u holds elements 8u..8u+7 (float4s 2u, 2u+1 at stage_pos) = element 32t + 8j.. of
+// block u / 16, with quarter t = (u / 4) % 4 and j = u % 4. The sixteen eighths of a block
+// must sit on sixteen aligned lanes (u[n] % 16 = lane % 16) and all 32 lanes must call it
+// (shuffles). Out: this lane's two activation words of each eighth for act[block][t*8 + j] and
+// act[block][t*8 + 4 + j], and the block's d and sum (on all sixteen lanes). The arithmetic of
+// an eighth does not depend on N.
 //   kPlanes (bmma): word g of quarter t is bit plane g of its 32 codes (bit i = bit g of code
 //     32t + i): each lane's 8 codes become 8 plane bytes by an 8x8 bit transpose, and the four
 //     lanes of a quarter swap bytes so that lane j holds planes j and 4 + j.
 //   else (dp4a): word k of quarter t holds the codes 32t + 8b + k for b = 0..3: the four lanes
 //     swap bytes of their code words directly.
-template <bool kPlanes>
-__device__ __forceinline__ void quantize_eighth(const float4* stage, int u, int lane,
-                                                uint32_t (&out)[2], float& d, int& sum) {
-  const float4 f0 = stage[stage_pos(2 * u)], f1 = stage[stage_pos(2 * u + 1)];
-  const float v[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
-  float amax = 0.0f;
+template <bool kPlanes, int N>
+__device__ __forceinline__ void quantize_eighths(const float4* stage, const int (&u)[N], int lane,
+                                                 uint32_t (&out)[N][2], float (&d)[N],
+                                                 int (&sum)[N]) {
+  float v[N][8], amax[N];
 #pragma unroll
-  for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(v[e]));
+  for (int n = 0; n < N; ++n) {
+    const float4 f0 = stage[stage_pos(2 * u[n])], f1 = stage[stage_pos(2 * u[n] + 1)];
+    const float e8[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
+    amax[n] = 0.0f;
 #pragma unroll
-  for (int o = 1; o < 16; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, o));
-  d = amax / 127.0f;  // fmaxf is exact in any order: every lane of the block has the same d
-  uint32_t w[2];
-  quantize_codes(v, d, w);
-  int s = __dp4a(static_cast<int>(w[1]), 0x01010101, __dp4a(static_cast<int>(w[0]), 0x01010101, 0));
+    for (int e = 0; e < 8; ++e) {
+      v[n][e] = e8[e];
+      amax[n] = fmaxf(amax[n], fabsf(e8[e]));
+    }
+  }
 #pragma unroll
-  for (int o = 1; o < 16; o <<= 1) s += __shfl_xor_sync(kFullMask, s, o);  // integers: exact
-  sum = s;
-  if constexpr (kPlanes) transpose8x8(w[0], w[1]);  // byte c of w[c / 4]: plane c
-  out[0] = transpose_bytes4(w[0], lane);
-  out[1] = transpose_bytes4(w[1], lane);
+  for (int o = 1; o < 16; o <<= 1) {
+#pragma unroll
+    for (int n = 0; n < N; ++n) amax[n] = fmaxf(amax[n], __shfl_xor_sync(kFullMask, amax[n], o));
+  }
+  uint32_t w[N][2];
+  bool slow[N];
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+    d[n] = amax[n] / 127.0f;  // fmaxf is exact in any order: every lane of the block has the same d
+    slow[n] = quantize_codes_fast(v[n], d[n], w[n]);
+  }
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+    if (slow[n]) quantize_codes_exact(v[n], d[n], w[n]);
+  }
+  int s[N];
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+    s[n] = __dp4a(static_cast<int>(w[n][1]), 0x01010101,
+                  __dp4a(static_cast<int>(w[n][0]), 0x01010101, 0));
+  }
+#pragma unroll
+  for (int o = 1; o < 16; o <<= 1) {
+#pragma unroll
+    for (int n = 0; n < N; ++n) s[n] += __shfl_xor_sync(kFullMask, s[n], o);  // integers: exact
+  }
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+    sum[n] = s[n];
+    if constexpr (kPlanes) transpose8x8(w[n][0], w[n][1]);  // byte c of w[c / 4]: plane c
+    out[n][0] = transpose_bytes4(w[n][0], lane);
+    out[n][1] = transpose_bytes4(w[n][1], lane);
+  }
 }
 
 // Stores eighth u's words and, from the block's first lane, its meta (act, meta: the vector's
@@ -584,12 +624,13 @@ __global__ void __launch_bounds__(kQuantizeBlocks * 16)
   }
   __syncthreads();  // the staged block floats are complete before any eighth reads them
   const int u = threadIdx.x;
-  uint32_t words[2];
-  float d;
-  int sum;
-  quantize_eighth<kPlanes>(stage, min(u, nb * 16 - 1), u & 31, words, d, sum);  // whole warps
+  const int uc[1] = {min(u, nb * 16 - 1)};  // whole warps
+  uint32_t words[1][2];
+  float d[1];
+  int sum[1];
+  quantize_eighths<kPlanes, 1>(stage, uc, u & 31, words, d, sum);
   const int64_t tb = int64_t(tok) * n_blocks + b0;
-  if (u < nb * 16) store_eighth(act + tb * 32, meta + tb, u, words, d, sum);
+  if (u < nb * 16) store_eighth(act + tb * 32, meta + tb, u, words[0], d[0], sum[0]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -602,7 +643,7 @@ __global__ void __launch_bounds__(kQuantizeBlocks * 16)
 //      weights (weights never depend on the previous kernel), then pdl_wait();
 //   2. the prologue: the norm's scales, p(x) staged in shared memory (matmul.cuh's
 //      prologue_scales / prologue_stage, shared with the chunked formats), then every eighth of
-//      a block quantised by quantize_eighth into act / meta in shared memory — the same device
+//      a block quantised by quantize_eighths into act / meta in shared memory — the same device
 //      code, on the same floats, as the two-launch path's quantise kernel;
 //   3. the product: CTAs hold `teams` teams of `slices` warps; each team strides over slots
 //      (a row tile of one matrix; for SiluMulPair a row tile of both, gate then up) through
@@ -631,14 +672,13 @@ __global__ void __launch_bounds__(kQuantizeBlocks * 16)
 struct Q1GemvArgs {
   const uint4* bits[kMaxFusedMatrices];    // [n_tiles][n_quads][2][32] per matrix
   const uint4* scales[kMaxFusedMatrices];  // [n_tiles][n_quads][8]
-  float* y[kMaxFusedMatrices];
   int slot_end[kMaxFusedMatrices];  // slots [slot_end[m-1], slot_end[m]) are matrix m's tiles
   int n_out[kMaxFusedMatrices];
   int n_quads, n_blocks, n_stage;  // n_blocks = n_quads * 4 (padded); n_stage = n_blocks * 128
   int slices, chunks, teams, n_slots;
-  int off_act, off_meta, off_sums, off_red;  // bytes into the dynamic shared memory
-  uint64_t* trace;                           // the lab's timeline (q1_0_gemv_traced), else null
-  Epilogue epilogue;
+  int off_act, off_meta, off_sums, off_red, off_taps;  // bytes into the dynamic shared memory
+  uint64_t* trace;  // the lab's timeline (q1_0_gemv_traced), else null
+  EpilogueArgs epi;
   PrologueArgs pro;
 };
 
@@ -672,7 +712,7 @@ struct GemvStep {
 // One thread's view of a one-launch GEMV CTA: the prologue, the per-slot product, reduction
 // and epilogue. Shared memory (host: gemv_layout): staged p(x) [n_stage floats] | act
 // [n_blocks][32] | meta [n_blocks] | norm sums and scales | slice sums [2 parities][2 pair
-// matrices][warps][16].
+// matrices][warps][16] | ConvSilu's taps [teams][16][kConvTapFloats].
 template <int kQ>
 struct GemvCta {
   const Q1GemvArgs& a;
@@ -682,8 +722,10 @@ struct GemvCta {
   float* sums;
   float* scales;
   float* red;
+  float* taps;  // ConvSilu: [teams][16 rows][kConvTapFloats]
   int lane, warp, n_warps, team, slice;
-  bool pair;
+  bool pair, conv;
+  int r16;             // this thread's row of a slot in the epilogue (< 16: one of the team's 16)
   int q_begin, quads;  // quads: of this warp's slice
   BmmaMath math;
   float2 acc = make_float2(0.0f, 0.0f);
@@ -698,15 +740,21 @@ struct GemvCta {
         sums(reinterpret_cast<float*>(smem + args.off_sums)),
         scales(sums + args.pro.n_sums),
         red(reinterpret_cast<float*>(smem + args.off_red)),
+        taps(reinterpret_cast<float*>(smem + args.off_taps)),
         lane(threadIdx.x & 31),
         warp(threadIdx.x >> 5),
         n_warps(blockDim.x >> 5),
         team(warp / args.slices),
         slice(warp % args.slices),
-        pair(args.epilogue == Epilogue::SiluMulPair),
+        pair(args.epi.kind == Epilogue::SiluMulPair),
+        conv(args.epi.kind == Epilogue::ConvSilu),
+        r16(static_cast<int>(threadIdx.x) - team * args.slices * 32),
         q_begin(slice * args.chunks * kQ),
         quads(max(0, min(args.chunks * kQ, args.n_quads - q_begin))),
         math(lane) {}
+
+  // This epilogue thread's conv taps (r16 < 16).
+  __device__ float* my_taps() const { return taps + (team * kTileRows + r16) * kConvTapFloats; }
 
   // Timeline event e of this CTA (thread 0 only; the lab's q1_0_gemv_traced).
   __device__ void stamp(int e) const {
@@ -777,7 +825,7 @@ struct GemvCta {
   __device__ int chunk_quads(const GemvStep& st) const { return quads - st.c * kQ; }
 
   // p(x) staged in shared memory (matmul.cuh's prologue_scales / prologue_stage, shared with
-  // the chunked formats), then every eighth of a block quantised by quantize_eighth into act /
+  // the chunked formats), then every eighth of a block quantised by quantize_eighths into act /
   // meta — the same device code, on the same floats, as the two-launch quantise kernel. Every
   // thread of the CTA calls it (barriers).
   __device__ void prologue() {
@@ -786,14 +834,24 @@ struct GemvCta {
     stamp(kTraceStaged);
     __syncthreads();  // p(x) is staged before any eighth reads it
     stamp(kTraceAllStaged);
+    // Two eighths per thread (blockDim apart: the same lane alignment), interleaved.
+    constexpr int kPerThread = 2;
     const int n_eighths = a.n_blocks * 16;
-    for (int u0 = warp * 32; u0 < n_eighths; u0 += blockDim.x) {  // warp-uniform
-      const int u = u0 + lane;
-      uint32_t words[2];
-      float d;
-      int sum;
-      quantize_eighth<true>(stage, min(u, n_eighths - 1), lane, words, d, sum);  // whole warps
-      if (u < n_eighths) store_eighth(act, meta, u, words, d, sum);
+    for (int u0 = warp * 32; u0 < n_eighths; u0 += kPerThread * blockDim.x) {  // warp-uniform
+      int u[kPerThread], uc[kPerThread];
+#pragma unroll
+      for (int n = 0; n < kPerThread; ++n) {
+        u[n] = u0 + lane + n * blockDim.x;
+        uc[n] = min(u[n], n_eighths - 1);  // whole warps
+      }
+      uint32_t words[kPerThread][2];
+      float d[kPerThread];
+      int sum[kPerThread];
+      quantize_eighths<true, kPerThread>(stage, uc, lane, words, d, sum);
+#pragma unroll
+      for (int n = 0; n < kPerThread; ++n) {
+        if (u[n] < n_eighths) store_eighth(act, meta, u[n], words[n], d[n], sum[n]);
+      }
     }
     stamp(kTraceQuantised);
     __syncthreads();  // act / meta are complete before any warp's product reads them
@@ -804,6 +862,11 @@ struct GemvCta {
   // (teams do not wait for each other; slice sums double-buffered: one barrier per slot) and
   // the epilogue (matmul.cuh's epilogue_store) on the slot's 16 rows.
   __device__ void process(const GemvStep& s, const ChunkLoads<kQ>& t) {
+    // A conv channel's taps are copied at its slot's first step: the dots hide their latency.
+    if (conv && s.c == 0 && s.m == 0 && r16 < kTileRows) {
+      const int64_t row = int64_t(s.tile) * kTileRows + r16;
+      if (row < a.n_out[0]) issue_conv_taps(a.epi, row, my_taps());
+    }
     const int q0 = chunk_quad(s);
     const float2 p = dot_chunk<BmmaMath, kQ, true>(
         math, act + q0 * kQuadBlocks * 32 + BmmaMath::lane_offset(lane), meta + q0 * kQuadBlocks, t,
@@ -824,7 +887,6 @@ struct GemvCta {
     // read before every team thread arrived here, so the next slot may overwrite it.
     bar_sync(1 + team, 32 * a.slices);
     stamp_slot(kTraceBarrier);
-    const int r16 = threadIdx.x - team * a.slices * 32;
     if (r16 < kTileRows) {
       const int m = pair ? 0 : s.m;
       const int64_t row = int64_t(s.tile) * kTileRows + r16;
@@ -832,7 +894,9 @@ struct GemvCta {
         const float* base = red + (parity * 2 * n_warps + team * a.slices) * kTileRows + r16;
         const float s0 = sum_slices(base, a.slices, kTileRows);
         const float s1 = pair ? sum_slices(base + n_warps * kTileRows, a.slices, kTileRows) : 0.0f;
-        epilogue_store(a.epilogue, a.y[0], a.y[m], row, s0, s1);
+        const ConvTaps t =
+            conv && m == 0 ? conv_taps_arrived(my_taps(), a.epi.conv_kernel) : ConvTaps{};
+        epilogue_store(a.epi, m, row, s0, s1, t);
       }
     }
     stamp_slot(kTraceStored);
@@ -1047,14 +1111,13 @@ Q1GemvArgs gemv_args(const FusedGemv& f) {
       const GpuMatrix& w = *f.w[i];
       a.bits[i] = w.codes.as<const uint4>();
       a.scales[i] = w.scales.as<const uint4>();
-      a.y[i] = f.y[i];
       a.n_out[i] = static_cast<int>(w.n_out);
       slots = pair ? static_cast<int>(w.n_row_tiles) : slots + static_cast<int>(w.n_row_tiles);
     }
     a.slot_end[i] = slots;  // past f.n: never reached (slot < n_slots)
   }
   a.n_slots = slots;
-  a.epilogue = f.epilogue;
+  a.epi = epilogue_args(f);
   a.pro = prologue_args(f);
   const Q1Cut cut = q1_cut(kQ, a.n_quads);
   a.slices = cut.slices;
@@ -1074,6 +1137,9 @@ size_t gemv_layout(Q1GemvArgs& a) {
   off = (off + 15) / 16 * 16;
   a.off_red = static_cast<int>(off);
   off += sizeof(float) * 2 * 2 * size_t(a.slices * a.teams) * kTileRows;
+  a.off_taps = static_cast<int>(off);
+  if (a.epi.kind == Epilogue::ConvSilu)
+    off += sizeof(float) * size_t(a.teams) * kTileRows * kConvTapFloats;
   return off;
 }
 

@@ -85,7 +85,9 @@ int matmul_launches(const GpuMatrix& w, int64_t n_tokens);
 // per-row summation order depends on n_in and the format only (never on n_out or the launch).
 
 // Prologue::None | RmsNorm | HeadRmsNormSiluGate | SigmoidGate and Epilogue::Store | AddInto |
-// SiluMulPair: model/fusion.h says what each computes.
+// SiluMulPair | ConvSilu: model/fusion.h says what each computes. ConvSilu replaces
+// conv_step(W_0·p(x), y[0], conv_w, conv_kernel, conv_state, silu) and equals it bit for bit
+// (the same device arithmetic, conv.cuh).
 using Prologue = model::Prologue;
 using Epilogue = model::Epilogue;
 constexpr int kMaxFusedMatrices = 4;
@@ -100,7 +102,12 @@ struct FusedGemv {
   float eps = 0.0f;
   int n = 0;  // matrices
   const GpuMatrix* w[kMaxFusedMatrices] = {};
-  float* y[kMaxFusedMatrices] = {};  // Store: one per matrix; AddInto, SiluMulPair: y[0]
+  float* y[kMaxFusedMatrices] = {};  // Store, ConvSilu: one per matrix; AddInto, SiluMulPair: y[0]
+  // ConvSilu: matrix 0's conv, w[0]->n_out channels: weights [channels][conv_kernel], the
+  // state [conv_kernel - 1][channels] (oldest first), advanced in place.
+  const float* conv_w = nullptr;
+  float* conv_state = nullptr;
+  int conv_kernel = 0;
   // SMs left to a launch running concurrently on another stream (the executor's side
   // stream): a persistent grid that took every SM would have CTAs queued behind it. Changes
   // only which CTA computes a row, never the arithmetic.

@@ -31,17 +31,38 @@ __host__ __device__ constexpr int norm_warps(int n) {
   return norm_threads(n) / 32;
 }
 
+// The elements of virtual thread `vw * 32 + lane` in the tile at `base` of x[0, n): x[base +
+// e·T + j] for e < kPerThread, 0 past n. Loads only, so that callers can issue several tiles'
+// loads before the arithmetic.
+__device__ __forceinline__ void load_tile(const float* x, int n, int vw, int base,
+                                          float (&v)[kPerThread]) {
+  const int T = norm_threads(n), j = vw * 32 + (threadIdx.x & 31);
+#pragma unroll
+  for (int e = 0; e < kPerThread; ++e) {
+    const int i = base + e * T + j;
+    v[e] = i < n ? x[i] : 0.0f;
+  }
+}
+// ss + the tile's squares in element order. An element past n adds fmaf(0, 0, ss) = ss
+// exactly (ss >= +0), so a padded tile sums like the guarded loop it replaces.
+__device__ __forceinline__ float add_tile_squares(const float (&v)[kPerThread], float ss) {
+#pragma unroll
+  for (int e = 0; e < kPerThread; ++e) ss = fmaf(v[e], v[e], ss);
+  return ss;
+}
+// Whether the chunk is one tile per virtual thread (every n up to 8192).
+__host__ __device__ constexpr bool one_tile(int n) {
+  return n <= kPerThread * norm_threads(n);
+}
+
 // The sum of virtual warp `vw` of the canonical order for x[0, n), on every lane of the
 // calling warp (which must be converged; all 32 lanes call it).
 __device__ __forceinline__ float virtual_warp_sum_squares(const float* x, int n, int vw) {
-  const int T = norm_threads(n), j = vw * 32 + (threadIdx.x & 31);
   float ss = 0.0f;
-  for (int base = 0; base < n; base += kPerThread * T) {
-#pragma unroll
-    for (int e = 0; e < kPerThread; ++e) {
-      const int i = base + e * T + j;
-      if (i < n) ss = fmaf(x[i], x[i], ss);
-    }
+  for (int base = 0; base < n; base += kPerThread * norm_threads(n)) {
+    float v[kPerThread];
+    load_tile(x, n, vw, base, v);
+    ss = add_tile_squares(v, ss);
   }
   return detail::warp_sum(ss);
 }

@@ -20,7 +20,15 @@ enum class Epilogue : uint8_t {
   Store,        // y_i = W_i·p(x) for every matrix
   AddInto,      // one matrix: y_0 = y_0 + W_0·p(x) (binary Add: the residual)
   SiluMulPair,  // two matrices (gate, up): y_0 = (W_1·p(x))·silu(W_0·p(x)) (binary SiluMul)
+  ConvSilu,     // y_0 = silu(conv(W_0·p(x))): matrix 0's rows are the channels of the GDN
+                // layer's causal depthwise conv, run on this one token against the slot's
+                // conv state, which it advances in place (ConvStep with SiLU); the other
+                // matrices Store
 };
+
+// The fused conv epilogue holds a channel's taps in registers: up to this kernel size (the
+// qwen35 models use 4). A larger conv stays a ConvStep of its own.
+inline constexpr int kMaxFusedConvKernel = 4;
 
 // Names for messages, checks and program dumps.
 inline const char* prologue_name(Prologue p) {
@@ -44,6 +52,8 @@ inline const char* epilogue_name(Epilogue e) {
       return "add_into";
     case Epilogue::SiluMulPair:
       return "silu_mul_pair";
+    case Epilogue::ConvSilu:
+      return "conv_silu";
   }
   return "?";
 }

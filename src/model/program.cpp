@@ -165,12 +165,19 @@ class Builder {
     const GdnWeights& g = L.gdn;
     const int64_t qk = hp_.ssm_qk_dim(), inner = hp_.ssm_inner(), Hv = hp_.ssm_n_v_heads;
     const int64_t dk = hp_.ssm_d_state;
+    // With both rungs, a decode's conv runs in the qkv GEMV's epilogue: the qkv rows never
+    // leave the kernel, and the conv's own dispatch is gone.
+    const bool conv_in_gemv =
+        fused_gemv_ && on(Rung::ConvInplace) && hp_.ssm_conv_kernel <= kMaxFusedConvKernel;
     const std::array<View, 4> proj = project(h, L.attn_norm, {&g.qkv, &g.gate, &g.beta, &g.alpha},
-                                             {"qkv", "z", "beta", "alpha"});
-    const View qkv = proj[0], z = proj[1], b = proj[2], a = proj[3];
-
-    const View conv = buf("conv", hp_.conv_dim());
-    conv_step(g, il, qkv, conv);
+                                             {conv_in_gemv ? "conv" : "qkv", "z", "beta", "alpha"},
+                                             conv_in_gemv ? &g.conv : nullptr, il);
+    const View z = proj[1], b = proj[2], a = proj[3];
+    View conv = proj[0];
+    if (!conv_in_gemv) {
+      conv = buf("conv", hp_.conv_dim());
+      conv_step(g, il, proj[0], conv);
+    }
     const View q = sub(conv, 0, qk), k = sub(conv, qk, qk), v = sub(conv, 2 * qk, inner);
     Step rec{.op = Op::GdnRecurrence,
              .out = buf("gdn_out", inner),
@@ -307,10 +314,12 @@ class Builder {
   }
 
   // The projections of a layer's normalised input: RmsNorm(h) then one MatMul per matrix, or
-  // (norm-gemv-fused) one MatMulFused step with the norm as its prologue.
+  // (norm-gemv-fused) one MatMulFused step with the norm as its prologue. conv (fused only):
+  // matrix 0 feeds layer il's conv, run in the step's epilogue (ConvSilu) with this weight.
   std::array<View, 4> project(View h, const std::vector<float>& norm,
                               std::initializer_list<const Matrix*> mats,
-                              std::initializer_list<const char*> names) {
+                              std::initializer_list<const char*> names,
+                              const std::vector<float>* conv = nullptr, int64_t il = -1) {
     std::array<View, 4> outs{};
     if (fused_gemv_) {
       Step s{.op = Op::MatMulFused,
@@ -318,6 +327,11 @@ class Builder {
              .vec = &norm,
              .eps = hp_.rms_eps,
              .prologue = Prologue::RmsNorm};
+      if (conv) {
+        s.epilogue = Epilogue::ConvSilu;
+        s.vec2 = conv;
+        s.layer = il;
+      }
       size_t i = 0;
       for (const char* name : names) {
         s.mats[i] = mats.begin()[i];

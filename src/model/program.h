@@ -91,11 +91,12 @@ struct Step {
   bool fuse_silu = false;
 
   // MatMulFused (rung norm-gemv-fused): in[0] = x, in[1] = the gate (HeadRmsNormSiluGate,
-  // SigmoidGate), vec = the norm weight, head_dim, eps.
+  // SigmoidGate), vec = the norm weight, head_dim, eps; ConvSilu: vec2 = the conv weight, layer
+  // = the owner of the conv state.
   Prologue prologue = Prologue::None;
   Epilogue epilogue = Epilogue::Store;
   std::array<const Matrix*, 4> mats{};
-  std::array<View, 4> mouts{};  // Store: one per matrix; AddInto, SiluMulPair: mouts[0]
+  std::array<View, 4> mouts{};  // Store, ConvSilu: one per matrix; AddInto, SiluMulPair: [0]
   // Needs only the steps before it and touches only its views (no cache or state): an
   // executor may overlap it with the steps after it, up to the first that touches its views
   // (the CUDA executor's side stream). Set on the attention layer's k chain (norm, rope),

@@ -17,7 +17,8 @@ const std::array<RungInfo, kRungCount>& rung_table() {
       {Rung::L2NormFused, "l2norm-fused", true,
        "q/k L2 normalisation inside the GDN kernel (decode programs)"},
       {Rung::ConvInplace, "conv-inplace", true,
-       "causal conv reads/writes its state in place, SiLU fused (no concat, no state copy)"},
+       "causal conv reads/writes its state in place, SiLU fused (no concat, no state copy); "
+       "with norm-gemv-fused, a decode runs it in the qkv GEMV's epilogue"},
       {Rung::NormGemvFused, "norm-gemv-fused", true,
        "norms/gates in the GEMV prologue, residual add and SwiGLU in its epilogue, GEMVs "
        "sharing an input in one launch (decode programs, per-layer matrices)"},

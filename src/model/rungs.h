@@ -24,7 +24,8 @@ enum class Rung : uint8_t {
   StateWriteFused,  // the GDN kernel writes the updated state into the slot (no scatter)
   GatingFused,      // beta = sigmoid(b), g = softplus(a + dt_bias)·A inside the GDN kernel
   L2NormFused,      // q/k L2 normalisation inside the GDN kernel (decode programs)
-  ConvInplace,      // conv reads/writes its state in the slot, SiLU fused (no concat/copy)
+  ConvInplace,      // conv reads/writes its state in the slot, SiLU fused (no concat/copy);
+                    // with norm-gemv-fused, a decode's conv runs in the qkv GEMV's epilogue
   NormGemvFused,    // norms and gates in the GEMV prologue, residual/SwiGLU in its epilogue,
                     // GEMVs sharing an input in one launch (decode programs; the
                     // output head stays unfused)

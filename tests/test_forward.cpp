@@ -147,7 +147,7 @@ TEST(Program, StepKindsNameTheWorkNotTheLayer) {
   // The synthetic model keeps beta and alpha in bf16, as Bonsai's file does.
   EXPECT_EQ(kind_of(model::Op::MatMulFused, 0),
             fmt::format("mat_mul_fused attn_qkv+attn_gate+ssm_beta+ssm_alpha q8_0+bf16 {}->{} "
-                        "rms_norm/store",
+                        "rms_norm/conv_silu",
                         hp.n_embd, n_qkvzba));
   EXPECT_EQ(kind_of(model::Op::GdnRecurrence, 0), kind_of(model::Op::GdnRecurrence, 1));
   EXPECT_EQ(kind_of(model::Op::GdnRecurrence, 0),

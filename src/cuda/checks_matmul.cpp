@@ -659,6 +659,13 @@ void add_fused_refusals(Context& ctx, std::vector<Result>& out) {
     const char* what;
     FusedGemv f;
   };
+  // ConvSilu on the base call with this state and kernel size.
+  const auto conv = [&](FusedGemv& f, float* state, int kernel) {
+    f.epilogue = Epilogue::ConvSilu;
+    f.conv_w = x;
+    f.conv_state = state;
+    f.conv_kernel = kernel;
+  };
   const auto broken = [&](const char* what, auto&& change) {
     FusedGemv f = base();
     change(f);
@@ -708,26 +715,9 @@ void add_fused_refusals(Context& ctx, std::vector<Result>& out) {
                f.head_dim = 100;
              }),
       broken("output overlaps x", [&](FusedGemv& f) { f.y[0] = x + 8; }),
-      broken("conv without state",
-             [&](FusedGemv& f) {
-               f.epilogue = Epilogue::ConvSilu;
-               f.conv_w = x;
-               f.conv_kernel = 4;
-             }),
-      broken("conv of 5 taps",
-             [&](FusedGemv& f) {
-               f.epilogue = Epilogue::ConvSilu;
-               f.conv_w = x;
-               f.conv_state = y2;
-               f.conv_kernel = 5;
-             }),
-      broken("conv state overlaps output",
-             [&](FusedGemv& f) {
-               f.epilogue = Epilogue::ConvSilu;
-               f.conv_w = x;
-               f.conv_state = y + 4;
-               f.conv_kernel = 4;
-             }),
+      broken("conv without state", [&](FusedGemv& f) { conv(f, nullptr, 4); }),
+      broken("conv of 5 taps", [&](FusedGemv& f) { conv(f, y2, 5); }),
+      broken("conv state overlaps output", [&](FusedGemv& f) { conv(f, y + 4, 4); }),
       broken("null matrix", [&](FusedGemv& f) { f.w[0] = nullptr; }),
   };
   for (const Refusal& rc : cases) {

@@ -667,7 +667,13 @@ __global__ void __launch_bounds__(kQuantizeBlocks * 16)
 // exact-division fallback, the b1 mma (470 T weights/s; 17 clocks dependent). Slower: weights
 // streamed into a shared-memory ring by bulk copies with small co-resident CTAs (commit
 // 1e74d5d: 9.2 us, tg128 180.7); every GEMV warming the next launch's weights in L2 (tg128
-// 193.2).
+// 193.2). Since (2026-12-01): two eighths per quantising thread, interleaved, ~1200
+// instructions per warp at 5120->10240 (entry ~145, staging ~78, quantising ~386, each slot
+// ~320). Measured and dropped: one kernel instantiation per epilogue (tg128 257.0 vs 271.6:
+// the speed follows ptxas's code generation more than the count), CTA pairs of a cluster
+// quantising half the blocks each into both CTAs' shared memory (271.5 vs 272.1: the pairs'
+// scheduling eats the shorter prologue). Any register held across the dots spills (96 is the
+// ceiling for 18 warps): the conv epilogue's taps travel through shared memory for that.
 
 struct Q1GemvArgs {
   const uint4* bits[kMaxFusedMatrices];    // [n_tiles][n_quads][2][32] per matrix

@@ -672,8 +672,9 @@ __global__ void __launch_bounds__(kQuantizeBlocks * 16)
 // ~320). Measured and dropped: one kernel instantiation per epilogue (tg128 257.0 vs 271.6:
 // the speed follows ptxas's code generation more than the count), CTA pairs of a cluster
 // quantising half the blocks each into both CTAs' shared memory (271.5 vs 272.1: the pairs'
-// scheduling eats the shorter prologue). Any register held across the dots spills (96 is the
-// ceiling for 18 warps): the conv epilogue's taps travel through shared memory for that.
+// scheduling eats the shorter prologue). Seven more registers held across the dots made
+// ptxas spill 12 bytes at its 96 (a slower GEMV everywhere): the conv epilogue's taps travel
+// through shared memory instead.
 
 struct Q1GemvArgs {
   const uint4* bits[kMaxFusedMatrices];    // [n_tiles][n_quads][2][32] per matrix

@@ -319,11 +319,23 @@ void CpuExecutor::fused_matmul(const model::Step& s, const model::Program& p, Sl
   const int n = s.n_mats();
   switch (s.epilogue) {
     case model::Epilogue::Store:
+    case model::Epilogue::ConvSilu: {
+      // ConvSilu: matrix 0's product goes through the slot's conv step and SiLU.
+      const bool conv = s.epilogue == model::Epilogue::ConvSilu;
+      const Rows pre = conv ? scratch(tmp_[1], x.rows, s.mats[0]->n_out) : Rows{};
       for (int i = 0; i < n; ++i) {
-        mat_mul(*s.mats[static_cast<size_t>(i)], x, view(p, s.mouts[static_cast<size_t>(i)]), pool_,
+        const size_t k = static_cast<size_t>(i);
+        mat_mul(*s.mats[k], x, conv && i == 0 ? pre : view(p, s.mouts[k]), pool_,
                 opts_.q8_activations);
       }
+      if (conv) {
+        const Rows y = view(p, s.mouts[0]);
+        conv_step(pre, y, s.vec2->data(), model_.hp.ssm_conv_kernel,
+                  slot.conv.at(static_cast<size_t>(s.layer)).data());
+        unary(Unary::Silu, y, y);
+      }
       return;
+    }
     case model::Epilogue::AddInto: {
       const Rows y = scratch(tmp_[1], x.rows, s.mats[0]->n_out);
       mat_mul(*s.mats[0], x, y, pool_, opts_.q8_activations);
@@ -336,18 +348,6 @@ void CpuExecutor::fused_matmul(const model::Step& s, const model::Program& p, Sl
       mat_mul(*s.mats[0], x, gate, pool_, opts_.q8_activations);
       mat_mul(*s.mats[1], x, up, pool_, opts_.q8_activations);
       binary(Binary::SiluMul, up, gate, view(p, s.mouts[0]));
-      return;
-    }
-    case model::Epilogue::ConvSilu: {
-      for (int i = 1; i < n; ++i) {
-        mat_mul(*s.mats[static_cast<size_t>(i)], x, view(p, s.mouts[static_cast<size_t>(i)]), pool_,
-                opts_.q8_activations);
-      }
-      const Rows pre = scratch(tmp_[1], x.rows, s.mats[0]->n_out), y = view(p, s.mouts[0]);
-      mat_mul(*s.mats[0], x, pre, pool_, opts_.q8_activations);
-      conv_step(pre, y, s.vec2->data(), model_.hp.ssm_conv_kernel,
-                slot.conv.at(static_cast<size_t>(s.layer)).data());
-      unary(Unary::Silu, y, y);
       return;
     }
   }

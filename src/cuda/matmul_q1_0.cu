@@ -99,6 +99,12 @@ constexpr int kQuadBlocks = 4;   // blocks per quad (one 16-byte scale load per 
 constexpr int max_slices(int kQ) {
   return kQ == 2 ? 18 : 12;
 }
+// Warps a one-launch GEMV CTA may hold (teams x slices; its register budget, 65536 / (32 *
+// warps): 102 for kQ = 2, whose kernel uses 96). More than max_slices so that four teams of the
+// 5 warps of a 5120-long row fit (gemv_teams).
+constexpr int gemv_max_warps(int kQ) {
+  return kQ == 2 ? 20 : 12;
+}
 constexpr int kBatchTokensQ1 = 16;   // tokens per CTA of the batched kernel (weights reused)
 constexpr int kQuantizeBlocks = 16;  // blocks per CTA of the quantise kernel (16 threads each)
 
@@ -919,7 +925,7 @@ struct GemvCta {
 // each team striding over slots (a row tile of one matrix; for SiluMulPair a row tile of both,
 // gate then up), the next step's loads issued before the current one is processed.
 template <int kQ>
-__global__ void __launch_bounds__(32 * max_slices(kQ))
+__global__ void __launch_bounds__(32 * gemv_max_warps(kQ))
     q1_gemv_kernel(const __grid_constant__ Q1GemvArgs a) {
   extern __shared__ float4 smem4[];
   GemvCta<kQ> c(a, reinterpret_cast<unsigned char*>(smem4));
@@ -1156,16 +1162,33 @@ size_t gemv_layout(Q1GemvArgs& a) {
        w.name, w.n_out, w.n_in, why, smem);
 }
 
+// Teams per CTA: the fewest rounds of slots (one slot per team and round, one CTA per SM),
+// then the fewest teams. Four teams of 5 warps make the qkv+z GEMV's 1024 row tiles and
+// q+k+v's 896 two rounds on the ~128 SMs the side launch leaves, where three teams need
+// three (measured, H200: 9.92 -> 8.72 and 9.68 -> 8.12 µs); gate+up's 1088 pair slots take
+// three rounds either way, and keep three teams (less contention for the same rounds).
+int gemv_teams(int kQ, int slices, int n_slots, int n_sm) {
+  const int cap = std::max(1, std::min(gemv_max_warps(kQ) / slices, 15));  // barriers 1..15
+  int best = 1;
+  int64_t best_rounds = 0;
+  for (int t = 1; t <= cap; ++t) {
+    const int64_t ctas = std::min<int64_t>(n_sm, ceil_div(n_slots, t));
+    const int64_t rounds = ceil_div(n_slots, ctas * t);
+    if (best_rounds == 0 || rounds < best_rounds) {
+      best = t;
+      best_rounds = rounds;
+    }
+  }
+  return best;
+}
+
 template <int kQ>
 GemvShape teams_shape(const FusedGemv& f) {
   GemvShape g;
   g.a = gemv_args<kQ>(f);
   Q1GemvArgs& a = g.a;
-  // As many teams as the register budget holds (named barriers 1..15), but no more than the
-  // slots need to give every SM work: small matrices spread over more, smaller CTAs.
   const int n_sm = usable_sms(f);
-  a.teams = std::max(
-      1, std::min({max_slices(kQ) / a.slices, 15, static_cast<int>(ceil_div(a.n_slots, n_sm))}));
+  a.teams = gemv_teams(kQ, a.slices, a.n_slots, n_sm);
   g.threads = 32 * a.slices * a.teams;
   g.smem = gemv_layout(a);
   const void* kernel = reinterpret_cast<const void*>(&q1_gemv_kernel<kQ>);

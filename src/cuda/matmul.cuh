@@ -545,17 +545,25 @@ struct ConvTaps {
 };
 constexpr int kConvTapFloats = 2 * model::kMaxFusedConvKernel;  // a row's taps in shared memory
 
-__device__ __forceinline__ ConvTaps load_conv_taps(const EpilogueArgs& e, int64_t c) {
+// A channel's taps from wherever they are held: w_at(j) for j <= hist, h_at(j) for j < hist,
+// zeros past them (the one fill of ConvTaps: from global memory or from shared memory).
+template <class W, class H>
+__device__ __forceinline__ ConvTaps gather_conv_taps(int conv_kernel, const W& w_at,
+                                                     const H& h_at) {
   ConvTaps t;
-  const int hist = e.conv_kernel - 1;
+  const int hist = conv_kernel - 1;
 #pragma unroll
   for (int j = 0; j < model::kMaxFusedConvKernel; ++j) {
-    t.w[j] = j <= hist ? e.conv_w[c * e.conv_kernel + j] : 0.0f;
-    if (j < model::kMaxFusedConvKernel - 1) {
-      t.h[j] = j < hist ? e.conv_state[j * int64_t(e.channels) + c] : 0.0f;
-    }
+    t.w[j] = j <= hist ? w_at(j) : 0.0f;
+    if (j < model::kMaxFusedConvKernel - 1) t.h[j] = j < hist ? h_at(j) : 0.0f;
   }
   return t;
+}
+
+__device__ __forceinline__ ConvTaps load_conv_taps(const EpilogueArgs& e, int64_t c) {
+  return gather_conv_taps(
+      e.conv_kernel, [&](int j) { return e.conv_w[c * e.conv_kernel + j]; },
+      [&](int j) { return e.conv_state[j * int64_t(e.channels) + c]; });
 }
 
 // The same taps copied into dst[kConvTapFloats] of shared memory by cp.async (w at 0, h at
@@ -578,16 +586,9 @@ __device__ __forceinline__ void issue_conv_taps(const EpilogueArgs& e, int64_t c
 }
 __device__ __forceinline__ ConvTaps conv_taps_arrived(const float* src, int conv_kernel) {
   asm volatile("cp.async.wait_all;" ::: "memory");
-  ConvTaps t;
-  const int hist = conv_kernel - 1;
-#pragma unroll
-  for (int j = 0; j < model::kMaxFusedConvKernel; ++j) {
-    t.w[j] = j <= hist ? src[j] : 0.0f;
-    if (j < model::kMaxFusedConvKernel - 1) {
-      t.h[j] = j < hist ? src[model::kMaxFusedConvKernel + j] : 0.0f;
-    }
-  }
-  return t;
+  return gather_conv_taps(
+      conv_kernel, [&](int j) { return src[j]; },
+      [&](int j) { return src[model::kMaxFusedConvKernel + j]; });
 }
 
 // The epilogue of one output row of matrix m: s0 = W_m·p(x), s1 = W_1·p(x) for a pair; taps:

@@ -1163,10 +1163,11 @@ size_t gemv_layout(Q1GemvArgs& a) {
 }
 
 // Teams per CTA: the fewest rounds of slots (one slot per team and round, one CTA per SM),
-// then the fewest teams. Four teams of 5 warps make the qkv+z GEMV's 1024 row tiles and
-// q+k+v's 896 two rounds on the ~128 SMs the side launch leaves, where three teams need
-// three (measured, H200: 9.92 -> 8.72 and 9.68 -> 8.12 µs); gate+up's 1088 pair slots take
-// three rounds either way, and keep three teams (less contention for the same rounds).
+// then the fewest teams. Four teams of 5 warps make two rounds of the qkv+z GEMV's 1024 row
+// tiles (on the ~128 SMs its side launch leaves) and of q+k+v's 896 (on 132), where three
+// teams need three (measured, H200: 9.92 -> 8.72 and 9.68 -> 8.12 µs); gate+up's 1088 pair
+// slots take three rounds either way and keep three teams (timeline: 14.22 µs with three,
+// 14.59 with four).
 int gemv_teams(int kQ, int slices, int n_slots, int n_sm) {
   const int cap = std::max(1, std::min(gemv_max_warps(kQ) / slices, 15));  // barriers 1..15
   int best = 1;

@@ -161,6 +161,22 @@ TEST(Program, StepKindsNameTheWorkNotTheLayer) {
   EXPECT_EQ(model::step_kind(mixed), "mat_mul_fused a+b+c bf16+f16 8->9 none/store");
 }
 
+// Which epilogues write one output per matrix (the executors size and check outputs by it),
+// and that an out-of-range value has no name (matmul_fused refuses it by that).
+TEST(Program, EpiloguesSayTheirOutputsAndNames) {
+  using model::Epilogue;
+  EXPECT_TRUE(model::epilogue_per_matrix(Epilogue::Store));
+  EXPECT_TRUE(model::epilogue_per_matrix(Epilogue::ConvSilu));
+  EXPECT_FALSE(model::epilogue_per_matrix(Epilogue::AddInto));
+  EXPECT_FALSE(model::epilogue_per_matrix(Epilogue::SiluMulPair));
+  for (Epilogue e :
+       {Epilogue::Store, Epilogue::AddInto, Epilogue::SiluMulPair, Epilogue::ConvSilu}) {
+    EXPECT_STRNE(model::epilogue_name(e), "?");
+  }
+  EXPECT_STREQ(model::epilogue_name(static_cast<Epilogue>(9)), "?");
+  EXPECT_STREQ(model::prologue_name(static_cast<model::Prologue>(9)), "?");
+}
+
 // The attention layer's k chain (norm, rope) is marked to run beside the q chain: it reads
 // only the k projection and comes before anything that needs q.
 TEST(Program, TheKChainIsMarkedConcurrent) {

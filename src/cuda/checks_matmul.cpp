@@ -370,7 +370,7 @@ void run_fused_case(Context& ctx, std::vector<Result>& out, const FusedCase& c) 
   // Outputs: the matrices' n_out (Store, ConvSilu), or one vector of n_out[0] (AddInto,
   // SiluMulPair).
   const bool conv = c.epi == Epilogue::ConvSilu;
-  const int n_y = c.epi == Epilogue::Store || conv ? n : 1;
+  const int n_y = model::epilogue_per_matrix(c.epi) ? n : 1;
   constexpr int64_t kPad = 3;  // poisoned floats after every output
 
   // Host data and uploads.
@@ -547,7 +547,7 @@ void run_fused_case(Context& ctx, std::vector<Result>& out, const FusedCase& c) 
                    state.data());
     for (size_t j = 0; j < y0.size(); ++j) dots[0][j] = cpu::silu(y0[j]);
   }
-  if (c.epi == Epilogue::Store || conv) {
+  if (model::epilogue_per_matrix(c.epi)) {
     for (const auto& d : dots) ref_all.insert(ref_all.end(), d.begin(), d.end());
   } else {
     for (int64_t r = 0; r < c.n_out[0]; ++r) {
@@ -719,6 +719,7 @@ void add_fused_refusals(Context& ctx, std::vector<Result>& out) {
       broken("conv of 5 taps", [&](FusedGemv& f) { conv(f, y2, 5); }),
       broken("conv state overlaps output", [&](FusedGemv& f) { conv(f, y + 4, 4); }),
       broken("null matrix", [&](FusedGemv& f) { f.w[0] = nullptr; }),
+      broken("unknown epilogue", [&](FusedGemv& f) { f.epilogue = static_cast<Epilogue>(9); }),
   };
   for (const Refusal& rc : cases) {
     Result r;

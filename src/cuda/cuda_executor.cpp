@@ -467,8 +467,7 @@ int CudaExecutor::fused_matmul(const model::Step& s, ProgramMem& pm, Slot& slot)
   base.norm = s.vec ? vec(s.vec) : nullptr;
   base.head_dim = s.head_dim;
   base.eps = s.eps;
-  const bool per_matrix =
-      s.epilogue == model::Epilogue::Store || s.epilogue == model::Epilogue::ConvSilu;
+  const bool per_matrix = model::epilogue_per_matrix(s.epilogue);
   std::vector<FusedGemv> families;
   std::vector<std::vector<size_t>> members;  // the step's matrix indices of each family
   std::vector<int64_t> rows;

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -182,7 +183,9 @@ void check_fused(const FusedGemv& f) {
     fail("cuda matmul_fused ({} -> {}) of {}: {}", model::prologue_name(f.prologue),
          model::epilogue_name(f.epilogue), describe_fused(f), why);
   };
-  if (static_cast<int>(f.prologue) > 3 || static_cast<int>(f.epilogue) > 3) {
+  // The name functions' switches cover every enumerator (-Wswitch): "?" is a value outside them.
+  if (std::string_view(model::prologue_name(f.prologue)) == "?" ||
+      std::string_view(model::epilogue_name(f.epilogue)) == "?") {
     bad("unknown prologue or epilogue");
   }
   if (f.n < 1 || f.n > kMaxFusedMatrices) {
@@ -242,8 +245,7 @@ void check_fused(const FusedGemv& f) {
     if (overlaps(f.conv_state, conv_floats, f.x, w0.n_in)) bad("the conv state overlaps the input");
   }
   // Every CTA reads the whole input while others write outputs: they must not overlap.
-  const bool per_matrix = f.epilogue == Epilogue::Store || f.epilogue == Epilogue::ConvSilu;
-  const int n_outputs = per_matrix ? f.n : 1;
+  const int n_outputs = model::epilogue_per_matrix(f.epilogue) ? f.n : 1;
   for (int i = 0; i < n_outputs; ++i) {
     const int64_t n_out = f.w[i]->n_out;
     if (overlaps(f.y[i], n_out, f.x, w0.n_in) ||

@@ -26,6 +26,12 @@ enum class Epilogue : uint8_t {
                 // matrices Store
 };
 
+// Whether the epilogue writes one output per matrix (Store, ConvSilu) rather than one vector
+// combining them (AddInto, SiluMulPair).
+inline bool epilogue_per_matrix(Epilogue e) {
+  return e == Epilogue::Store || e == Epilogue::ConvSilu;
+}
+
 // The fused conv epilogue holds a channel's taps in registers: up to this kernel size (the
 // qwen35 models use 4). A larger conv stays a ConvStep of its own.
 inline constexpr int kMaxFusedConvKernel = 4;

@@ -3,10 +3,11 @@
 # as build-cuda/) — op checks, backend tests, the GEMV lab, the benchmark — with full logs in
 # $OUT and a short summary last. Steps are chosen by name: scripts/device.sh ops tests lab bench
 # (also: ncu [the one-launch GEMV's stall reasons per SASS line], profile [every kernel's
-# time in decode steps, one at a time under ncu], timeline and timelinebase [gdn bench
-# --timeline, all exact rungs / baseline + graphs], timelinetests, opsperf, ladder, benchladder,
-# nulls, benchbase [baseline granularity + graphs], prevbench, prevbenchbase and prevtimeline
-# [bench, benchbase and timeline with a carried gdn_prev], benchnographs, compare, comparef32)
+# time in decode steps, one at a time under ncu], sass [the one-launch GEMV's SASS], timeline
+# and timelinebase [gdn bench --timeline, all exact rungs / baseline + graphs], timelinetests,
+# opsperf, ladder, benchladder, nulls, benchbase [baseline granularity + graphs], prevbench,
+# prevbenchbase and prevtimeline [bench, benchbase and timeline with a carried gdn_prev],
+# benchnographs, compare, comparef32). Every log comes back in $OUT/logs.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/gdn-device}
@@ -63,6 +64,11 @@ for s in "${steps[@]}"; do
         --section SourceCounters -f -o "$out/gemv" "$bin/bench/gemv_lab"
       run_step ncu-details ncu --import "$out/gemv.ncu-rep" --page details
       run_step ncu-source ncu --import "$out/gemv.ncu-rep" --page source --print-source sass ;;
+    # The one-launch Q1_0 GEMV's SASS (sm_90a), for counting instructions per slot.
+    sass) run_step sass cuobjdump -sass -arch sm_90a "$bin/src/app/gdn"
+      awk '/Function : .*q1_gemv_kernelILi2E/{p=1} p&&/Function : /&&!/q1_gemv_kernelILi2E/{p=0} p' \
+        "$out/sass.log" >"$out/sass_gemv.txt"
+      gzip -f "$out/sass.log" ;;
     bench) run_step bench "$bin/src/app/gdn" bench -r 3 --rounds 2 ;;
     timeline) run_step timeline "$bin/src/app/gdn" bench --timeline -n 16 ;;
     timelinebase) run_step timelinebase "$bin/src/app/gdn" bench --timeline -n 16 --rungs graphs ;;
@@ -88,3 +94,5 @@ for f in "$out"/*.log; do
 done
 echo "=== summary"
 printf '%s\n' "${summary[@]}"
+# The device tool brings back at most 8 files: every log travels in one archive.
+tar czf /tmp/gdn-logs.tgz -C "$out" . && find "$out" -mindepth 1 -delete && mv /tmp/gdn-logs.tgz "$out/logs.tgz"

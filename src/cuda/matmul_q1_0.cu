@@ -62,10 +62,10 @@
 // Work split: a warp owns one row tile x a slice of kQ quads (kQ 16-byte loads of bits + kQ of
 // scales in flight); the `slices` warps of a row tile add their sums through shared memory in
 // slice order (deterministic, no atomics). How n_in is cut (q1_cut: kQ, slices, chunks of kQ
-// quads per slice) depends on n_in and the variant only, never on n_out or the launch: every
-// quad pair of a row gets its own warp (as many slices as the register budget allows, one
-// chunk each: n_in 5120 -> 5 warps per tile, 6144 -> 6, 17408 -> 17), so that a row tile is one
-// step of in-flight loads. Only how many row tiles a CTA holds and the grid follow n_out.
+// quads per slice) depends on n_in and the variant only, never on n_out or the launch: at most
+// cut_slices warps per row tile, in as few chunks as that allows (kQ = 2: n_in 5120 -> 5 warps
+// of one chunk, 6144 -> 6 of one, 17408 -> 6 of 6). Only how many row tiles a CTA holds and
+// the grid follow n_out.
 //
 // The two-launch product kernel (q1_kernel) holds rpc row tiles per CTA and strides over row
 // tile groups with the next step's loads issued before the current one is computed. The
@@ -104,6 +104,15 @@ constexpr int max_slices(int kQ) {
 // 5 warps of a 5120-long row fit (gemv_teams).
 constexpr int gemv_max_warps(int kQ) {
   return kQ == 2 ? 20 : 12;
+}
+// Slices a row is cut into at most (q1_cut; <= max_slices). Six for kQ = 2: the decode step's
+// ffn_down (17408 -> 5120) took 10.60 µs at 17 slices of 2 chunks (one team per CTA, three
+// rounds of slots), 9.66 at 9 of 4 (two teams) and 9.23 at 6 of 6 (three teams, one round):
+// fewer reductions, barriers and epilogues for the same dots; tg128 272.3 -> 278.7 (H200,
+// 2026-12-01). Five cuts the 6144-long rows into 3 slices of 2 chunks (tg128 265.0), three the
+// 5120-long ones too (243.3): a short row wants its quads in flight at once.
+constexpr int cut_slices(int kQ) {
+  return kQ == 2 ? 6 : max_slices(kQ);
 }
 constexpr int kBatchTokensQ1 = 16;   // tokens per CTA of the batched kernel (weights reused)
 constexpr int kQuantizeBlocks = 16;  // blocks per CTA of the quantise kernel (16 threads each)
@@ -837,6 +846,25 @@ struct GemvCta {
   __device__ int chunk_quad(const GemvStep& st) const { return q_begin + st.c * kQ; }
   __device__ int chunk_quads(const GemvStep& st) const { return quads - st.c * kQ; }
 
+  // Eighths u0 + lane + n * blockDim (n < N) quantised into act / meta (all 32 lanes call it).
+  template <int N>
+  __device__ __forceinline__ void quantise_eighths_from(int u0, int n_eighths) {
+    int u[N], uc[N];
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
+      u[n] = u0 + lane + n * static_cast<int>(blockDim.x);
+      uc[n] = min(u[n], n_eighths - 1);  // whole warps
+    }
+    uint32_t words[N][2];
+    float d[N];
+    int sum[N];
+    quantize_eighths<true, N>(stage, uc, lane, words, d, sum);
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
+      if (u[n] < n_eighths) store_eighth(act, meta, u[n], words[n], d[n], sum[n]);
+    }
+  }
+
   // p(x) staged in shared memory (matmul.cuh's prologue_scales / prologue_stage, shared with
   // the chunked formats), then every eighth of a block quantised by quantize_eighths into act /
   // meta — the same device code, on the same floats, as the two-launch quantise kernel. Every
@@ -847,23 +875,15 @@ struct GemvCta {
     stamp(kTraceStaged);
     __syncthreads();  // p(x) is staged before any eighth reads it
     stamp(kTraceAllStaged);
-    // Two eighths per thread (blockDim apart: the same lane alignment), interleaved.
-    constexpr int kPerThread = 2;
+    // Two eighths per thread (blockDim apart: the same lane alignment), interleaved; one where
+    // the warp's second eighths would all lie past the end (every 5120-long GEMV at 4 teams),
+    // so that no warp spends half its quantising on clamped copies.
     const int n_eighths = a.n_blocks * 16;
-    for (int u0 = warp * 32; u0 < n_eighths; u0 += kPerThread * blockDim.x) {  // warp-uniform
-      int u[kPerThread], uc[kPerThread];
-#pragma unroll
-      for (int n = 0; n < kPerThread; ++n) {
-        u[n] = u0 + lane + n * blockDim.x;
-        uc[n] = min(u[n], n_eighths - 1);  // whole warps
-      }
-      uint32_t words[kPerThread][2];
-      float d[kPerThread];
-      int sum[kPerThread];
-      quantize_eighths<true, kPerThread>(stage, uc, lane, words, d, sum);
-#pragma unroll
-      for (int n = 0; n < kPerThread; ++n) {
-        if (u[n] < n_eighths) store_eighth(act, meta, u[n], words[n], d[n], sum[n]);
+    for (int u0 = warp * 32; u0 < n_eighths; u0 += 2 * blockDim.x) {  // warp-uniform
+      if (u0 + static_cast<int>(blockDim.x) < n_eighths) {
+        quantise_eighths_from<2>(u0, n_eighths);
+      } else {
+        quantise_eighths_from<1>(u0, n_eighths);
       }
     }
     stamp(kTraceQuantised);
@@ -943,9 +963,11 @@ __global__ void __launch_bounds__(32 * gemv_max_warps(kQ))
   GemvStep st = c.first_step();
   load(st, buf0);
   c.prefetch_all();
+  prologue_prefetch_constants(a.pro);
   c.stamp(kTraceEntry);
   pdl_launch_dependents();  // the next kernel may start its own weight loads
   pdl_wait();               // x, gate and the residual come from earlier kernels
+  prologue_prefetch_inputs(a.pro);
   c.stamp(kTraceWaited);
   c.prologue();
   c.stamp(kTracePrologue);
@@ -987,7 +1009,7 @@ struct Q1Cut {
 };
 
 Q1Cut q1_cut(int kQ, int64_t n_quads) {
-  const int64_t chunks = std::max<int64_t>(1, ceil_div(n_quads, int64_t(kQ) * max_slices(kQ)));
+  const int64_t chunks = std::max<int64_t>(1, ceil_div(n_quads, int64_t(kQ) * cut_slices(kQ)));
   return {static_cast<int>(ceil_div(n_quads, kQ * chunks)), static_cast<int>(chunks)};
 }
 
@@ -1274,7 +1296,8 @@ Q1Options q1_default_options(int64_t n_in, int64_t n_out) {
   // Re-measured at b935524 after the one-launch kernel's instruction cuts (one-launch / flat):
   // 5120->6144 4.72 / 4.84, 5120->10240 6.05 / 5.90, and the two 17408 shapes now the other way
   // round: 5120->17408 7.79 / 8.29, 17408->5120 10.11 / 8.87 (one team of 17 warps per CTA, 2.4
-  // slot rounds). Not switched yet: the rule wants a decode run on the GPU to confirm.
+  // slot rounds). Not switched yet: the rule wants a decode run on the GPU to confirm. (Since
+  // cut_slices, 2026-12-01, 17408-long rows are 6 slices of 6 chunks: see there.)
   const bool wide = n_out >= 10000;
   const bool q2 = ceil_div(n_in, 512) <= 36;
   Q1Options o;

@@ -1,5 +1,6 @@
 #include "hf_fixture.h"
 
+#include <unistd.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -8,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "common/error.h"
 #include "convert/hf_convert.h"
@@ -22,6 +24,22 @@ std::vector<float> read_f32(const std::string& path) {
   std::vector<float> v(bytes.size() / sizeof(float));
   std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
   return v;
+}
+
+// Where this process writes its converted fixtures, removed at exit. ctest runs every test as
+// its own process, in parallel: with one shared path per fixture, two processes converting the
+// same one renamed each other's temporary file ("cannot rename ... No such file").
+const std::filesystem::path& scratch_dir() {
+  static const struct Dir {
+    std::filesystem::path path =
+        std::filesystem::temp_directory_path() / ("gdn_test_" + std::to_string(::getpid()));
+    Dir() { std::filesystem::create_directories(path); }
+    ~Dir() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  } dir;
+  return dir.path;
 }
 
 }  // namespace
@@ -49,8 +67,7 @@ std::string converted(const HfFixture& fx, quant::Type type) {
   const std::string key = fx.name + "." + std::string(quant::type_info(type).name);
   auto it = done.find(key);
   if (it != done.end()) return it->second;
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("gdn_test_" + key + ".gguf")).string();
+  const std::string path = (scratch_dir() / (key + ".gguf")).string();
   convert::convert_hf(fx.dir, path, type);
   return done[key] = path;
 }

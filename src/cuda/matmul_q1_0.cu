@@ -699,7 +699,7 @@ struct Q1GemvArgs {
   int n_quads, n_blocks, n_stage;  // n_blocks = n_quads * 4 (padded); n_stage = n_blocks * 128
   int slices, chunks, teams, n_slots;
   int off_act, off_meta, off_sums, off_red, off_taps;  // bytes into the dynamic shared memory
-  uint64_t* trace;  // the lab's timeline (q1_0_gemv_traced), else null
+  uint64_t* trace;  // the lab's timeline (q1_0_gemv_traced: the kTraced kernel), else null
   EpilogueArgs epi;
   PrologueArgs pro;
 };
@@ -735,7 +735,7 @@ struct GemvStep {
 // and epilogue. Shared memory (host: gemv_layout): staged p(x) [n_stage floats] | act
 // [n_blocks][32] | meta [n_blocks] | norm sums and scales | slice sums [2 parities][2 pair
 // matrices][warps][16] | ConvSilu's taps [teams][16][kConvTapFloats].
-template <int kQ>
+template <int kQ, bool kTraced>
 struct GemvCta {
   const Q1GemvArgs& a;
   float4* stage;
@@ -778,13 +778,17 @@ struct GemvCta {
   // This epilogue thread's conv taps (r16 < 16).
   __device__ float* my_taps() const { return taps + (team * kTileRows + r16) * kConvTapFloats; }
 
-  // Timeline event e of this CTA (thread 0 only; the lab's q1_0_gemv_traced).
+  // Timeline event e of this CTA (thread 0 only), in the kTraced kernel alone (the lab's
+  // q1_0_gemv_traced): the decode kernel carries no stamp code, where it paid three checks of
+  // a.trace per slot on every warp, in a kernel about half bound by instruction issue.
   __device__ void stamp(int e) const {
-    if (a.trace == nullptr || threadIdx.x != 0 || e >= kGemvTraceEvents) return;
-    uint64_t t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    a.trace[blockIdx.x * kGemvTraceEvents + e] = t;
-    a.trace[(gridDim.x + blockIdx.x) * kGemvTraceEvents + e] = clock64();
+    if constexpr (kTraced) {
+      if (threadIdx.x != 0 || e >= kGemvTraceEvents) return;
+      uint64_t t;
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+      a.trace[blockIdx.x * kGemvTraceEvents + e] = t;
+      a.trace[(gridDim.x + blockIdx.x) * kGemvTraceEvents + e] = clock64();
+    }
   }
 
   // Event e of this thread's `slots_done`-th slot.
@@ -946,11 +950,11 @@ struct GemvCta {
 // then pdl_wait(), the prologue, and the product: `teams` teams of `slices` warps,
 // each team striding over slots (a row tile of one matrix; for SiluMulPair a row tile of both,
 // gate then up), the next step's loads issued before the current one is processed.
-template <int kQ>
+template <int kQ, bool kTraced>
 __global__ void __launch_bounds__(32 * gemv_max_warps(kQ))
     q1_gemv_kernel(const __grid_constant__ Q1GemvArgs a) {
   extern __shared__ float4 smem4[];
-  GemvCta<kQ> c(a, reinterpret_cast<unsigned char*>(smem4));
+  GemvCta<kQ, kTraced> c(a, reinterpret_cast<unsigned char*>(smem4));
   // The first quad of this warp's chunk of a step, in quads from its matrix's base.
   const auto quad_of = [&](const GemvStep& st) {
     return int64_t(st.tile) * a.n_quads + c.chunk_quad(st);
@@ -1207,7 +1211,7 @@ int gemv_teams(int kQ, int slices, int n_slots, int n_sm) {
   return best;
 }
 
-template <int kQ>
+template <int kQ, bool kTraced = false>
 GemvShape teams_shape(const FusedGemv& f) {
   GemvShape g;
   g.a = gemv_args<kQ>(f);
@@ -1216,7 +1220,7 @@ GemvShape teams_shape(const FusedGemv& f) {
   a.teams = gemv_teams(kQ, a.slices, a.n_slots, n_sm);
   g.threads = 32 * a.slices * a.teams;
   g.smem = gemv_layout(a);
-  const void* kernel = reinterpret_cast<const void*>(&q1_gemv_kernel<kQ>);
+  const void* kernel = reinterpret_cast<const void*>(&q1_gemv_kernel<kQ, kTraced>);
   if (g.smem > allow_max_smem(kernel)) fail_shape(f, "does not fit", g.smem);
   const int per_sm = occupancy(kernel, g.threads, g.smem);
   if (per_sm < 1) fail_shape(f, "has no CTA that fits", g.smem);
@@ -1225,12 +1229,16 @@ GemvShape teams_shape(const FusedGemv& f) {
   return g;
 }
 
+template <int kQ, bool kTraced>
+unsigned launch_gemv(const FusedGemv& f, const Q1Options& o, uint64_t* trace, cudaStream_t s) {
+  GemvShape g = teams_shape<kQ, kTraced>(f);
+  g.a.trace = trace;
+  launch(&q1_gemv_kernel<kQ, kTraced>, dim3(g.grid), dim3(g.threads), g.smem, o.pdl, s, g.a);
+  return g.grid;
+}
 template <int kQ>
 unsigned launch_gemv(const FusedGemv& f, const Q1Options& o, uint64_t* trace, cudaStream_t s) {
-  GemvShape g = teams_shape<kQ>(f);
-  g.a.trace = trace;
-  launch(&q1_gemv_kernel<kQ>, dim3(g.grid), dim3(g.threads), g.smem, o.pdl, s, g.a);
-  return g.grid;
+  return trace ? launch_gemv<kQ, true>(f, o, trace, s) : launch_gemv<kQ, false>(f, o, trace, s);
 }
 
 unsigned run_gemv(const FusedGemv& f, const Q1Options& o, cudaStream_t s,
@@ -1255,7 +1263,8 @@ template <int kQ>
 std::string describe_gemv(const FusedGemv& f) {
   const GemvShape g = teams_shape<kQ>(f);
   cudaFuncAttributes attr{};
-  CUDA_CHECK(cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(&q1_gemv_kernel<kQ>)));
+  CUDA_CHECK(
+      cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(&q1_gemv_kernel<kQ, false>)));
   return fmt::format(
       "one launch: {} warps/tile x {} steps of {} quads, {} teams/CTA, {} CTAs x {} threads, "
       "{} regs, {} B shared",

@@ -781,6 +781,8 @@ struct GemvCta {
   // Timeline event e of this CTA (thread 0 only), in the kTraced kernel alone (the lab's
   // q1_0_gemv_traced): the decode kernel carries no stamp code, where it paid three checks of
   // a.trace per slot on every warp, in a kernel about half bound by instruction issue.
+  // Measured (H200, 2026-12-01): ~1032 instructions per warp at 5120->10240 (ncu; ~1200
+  // before), timeline 3349.8 -> 3248.3 µs/token, tg128 280.8 -> 289.8.
   __device__ void stamp(int e) const {
     if constexpr (kTraced) {
       if (threadIdx.x != 0 || e >= kGemvTraceEvents) return;

@@ -178,10 +178,22 @@ TEST(Program, EpiloguesSayTheirOutputsAndNames) {
 }
 
 // The attention layer's k chain (norm, rope) is marked to run beside the q chain: it reads
-// only the k projection and comes before anything that needs q.
+// only the k projection and comes before anything that needs q. With norm-gemv-fused a decode
+// runs both chains, the split and the KV store as one AttnPrep step instead.
 TEST(Program, TheKChainIsMarkedConcurrent) {
   auto m = tiny(quant::Type::Q8_0);
-  for (model::Rungs r : {model::Rungs::none(), model::Rungs::exact()}) {
+  const model::Program fused = model::build_forward(m->model, 1, false);
+  int prep = 0;
+  for (const model::Step& s : fused.steps) {
+    EXPECT_FALSE(s.concurrent) << model::step_kind(s);
+    EXPECT_NE(s.op, model::Op::SplitHeads);
+    EXPECT_NE(s.op, model::Op::Rope);
+    EXPECT_NE(s.op, model::Op::KvStore);
+    prep += s.op == model::Op::AttnPrep;
+  }
+  EXPECT_EQ(prep, m->model.hp.n_attention());
+  for (model::Rungs r :
+       {model::Rungs::none(), model::Rungs::exact().without(model::Rung::NormGemvFused)}) {
     const model::Program p = model::build_forward(m->model, 1, false, {.rungs = r});
     int n = 0;
     for (size_t i = 0; i < p.steps.size(); ++i) {

@@ -221,16 +221,9 @@ void CpuExecutor::step(const model::Step& s, const model::Program& p, const int3
     case Op::Rope:
       rope(view(p, s.out), s.head_dim, hp.n_rot, hp.rope_theta, slot.n_past);
       return;
-    case Op::KvStore: {
-      const Rows k = in(0), v = in(1);
-      float* kc = layer(slot.k) + slot.n_past * hp.kv_dim();
-      float* vc = layer(slot.v) + slot.n_past * hp.kv_dim();
-      for (int64_t t = 0; t < k.rows; ++t) {
-        std::copy(k.row(t), k.row(t) + k.cols, kc + t * hp.kv_dim());
-        std::copy(v.row(t), v.row(t) + v.cols, vc + t * hp.kv_dim());
-      }
+    case Op::KvStore:
+      kv_store(in(0), in(1), s.layer, slot);
       return;
-    }
     case Op::Attention:
       attention(in(0), layer(slot.k), layer(slot.v), view(p, s.out), hp.n_head, hp.n_head_kv,
                 s.head_dim, slot.n_past);
@@ -244,6 +237,9 @@ void CpuExecutor::step(const model::Step& s, const model::Program& p, const int3
     }
     case Op::MatMulFused:
       fused_matmul(s, p, slot);
+      return;
+    case Op::AttnPrep:
+      attn_prep(s, p, slot);
       return;
     case Op::Null:
       return;
@@ -294,6 +290,31 @@ void CpuExecutor::gdn_step(const model::Step& s, const model::Program& p, Slot& 
   gdn_recurrence(q, k, view(p, s.in[2]), g, b, view(p, s.out), out_state, hp.ssm_n_k_heads,
                  hp.ssm_n_v_heads, s.head_dim);
   if (s.state_out_slot) round_state(slot_state);
+}
+
+// k and v rows into the slot's cache of `layer` at its position.
+void CpuExecutor::kv_store(Rows k, Rows v, int64_t layer, Slot& slot) {
+  const int64_t kv_dim = model_.hp.kv_dim();
+  float* kc = slot.k.at(static_cast<size_t>(layer)).data() + slot.n_past * kv_dim;
+  float* vc = slot.v.at(static_cast<size_t>(layer)).data() + slot.n_past * kv_dim;
+  for (int64_t t = 0; t < k.rows; ++t) {
+    std::copy(k.row(t), k.row(t) + k.cols, kc + t * kv_dim);
+    std::copy(v.row(t), v.row(t) + v.cols, vc + t * kv_dim);
+  }
+}
+
+// AttnPrep composed from the unfused reference ops (what the fused CUDA kernel equals); k is
+// normalised and rotated in a copy, as the fused kernel leaves it untouched.
+void CpuExecutor::attn_prep(const model::Step& s, const model::Program& p, Slot& slot) {
+  const model::HParams& hp = model_.hp;
+  const Rows q = view(p, s.out);
+  split_heads(view(p, s.in[0]), q, view(p, s.out2), s.head_dim);
+  rms_norm(q, q, s.vec->data(), s.head_dim, s.eps);
+  rope(q, s.head_dim, hp.n_rot, hp.rope_theta, slot.n_past);
+  const Rows k = copy_of(view(p, s.in[1]), tmp_[0]);
+  rms_norm(k, k, s.vec2->data(), s.head_dim, s.eps);
+  rope(k, s.head_dim, hp.n_rot, hp.rope_theta, slot.n_past);
+  kv_store(k, view(p, s.in[2]), s.layer, slot);
 }
 
 // MatMulFused composed from the unfused reference ops (what the fused CUDA kernel equals).

@@ -44,18 +44,36 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "cuda/kernel_util.cuh"
+#include "cuda/norm.cuh"
 
 namespace gdn::cuda {
 namespace {
 
 using detail::row_ptr;
 
+constexpr int kMaxHeadDim = 256;  // attention's and attn_prep's largest head
+
 // ---------------------------------------------------------------------------------------------
 // rope
 
 constexpr int kRopeThreads = 256;
+
+// Rotates pair i of a head in place (x_i, x_{i+half}) for position pos: the rope kernel's
+// arithmetic, shared with attn_prep. The products and sums are rounded one by one
+// (__dmul_rn, __dsub_rn, __dadd_rn: never contracted into an FMA), as the CPU computes them, so
+// that every kernel calling this rounds alike whatever the compiler does around it.
+__device__ __forceinline__ void rope_pair(float* xh, int i, int half, int64_t pos, int n_rot,
+                                          float theta) {
+  const double a = xh[i], b = xh[i + half];
+  const double angle = double(pos) * pow(double(theta), -2.0 * double(i) / double(n_rot));
+  double sn, cs;
+  sincos(angle, &sn, &cs);
+  xh[i] = static_cast<float>(__dsub_rn(__dmul_rn(a, cs), __dmul_rn(b, sn)));
+  xh[i + half] = static_cast<float>(__dadd_rn(__dmul_rn(a, sn), __dmul_rn(b, cs)));
+}
 
 __global__ void __launch_bounds__(kRopeThreads)
     rope_kernel(DevRows x, int head_dim, int n_rot, int n_head, float theta, int64_t pos_host,
@@ -68,13 +86,84 @@ __global__ void __launch_bounds__(kRopeThreads)
        p += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = p / per_row;
     const int hp = static_cast<int>(p - t * per_row), h = hp / half, i = hp - h * half;
-    float* xh = row_ptr(x, t) + int64_t(h) * head_dim;
-    const double a = xh[i], b = xh[i + half];
-    const double angle = double(pos0 + t) * pow(double(theta), -2.0 * double(i) / double(n_rot));
-    double sn, cs;
-    sincos(angle, &sn, &cs);
-    xh[i] = static_cast<float>(a * cs - b * sn);
-    xh[i + half] = static_cast<float>(a * sn + b * cs);
+    rope_pair(row_ptr(x, t) + int64_t(h) * head_dim, i, half, pos0 + t, n_rot, theta);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// attn_prep — the attention layer's per-token preparation in one launch (rung norm-gemv-fused,
+// decode programs), bit-identical to the unfused sequence
+//   split_heads(qg → q, gate); rms_norm(q, q_norm, head_dim); rope(q);
+//   rms_norm(k, k_norm, head_dim); rope(k); kv_store(k, v)
+// for these reasons: a warp per (row, head) of q and of k loads the raw head in norm.cuh's
+// canonical tile (lane j: elements j + 32e, one virtual warp: head_dim <= 256) and adds the
+// squares in that order (norm::head_sum_squares_of_tile, the norm kernel's order for such a
+// chunk); each element becomes (x·scale)·w as in norm_kernel, is staged in shared memory and
+// rotated by rope_pair (the rope kernel's arithmetic); the heads then go where the unfused
+// steps would leave them: q and the gate to their buffers, k and v to the cache. k itself is
+// only read. Measured (H200, 2026-12-01, Bonsai decode): six dispatches (split 3.06 µs, two
+// rms_norm ~1, two rope 2.18, kv_store 1.64 in the timeline: ~171 µs/token) became one of
+// 6.41 (102.5 µs/token; 4.0 µs alone); tg128 290.0 -> 295.5, 468 -> 388 dispatches/token.
+
+constexpr int kPrepWarps = 4;
+
+struct PrepArgs {
+  DevRows qg, k, v, q,
+      gate;             // qg [T][H·2D] (per head: q | gate), k, v [T][Hkv·D], q, gate [T][H·D]
+  const float* q_norm;  // [D]
+  const float* k_norm;  // [D]
+  float* k_cache;       // [n_ctx][Hkv·D]
+  float* v_cache;
+  int n_head, n_head_kv, head_dim, n_rot;
+  float theta, eps;
+  int64_t pos_host;
+  const int32_t* pos_dev;  // if set, the position is read here at run time (graphs)
+};
+
+__global__ void __launch_bounds__(kPrepWarps * 32) attn_prep_kernel(PrepArgs a) {
+  __shared__ float head[kPrepWarps][kMaxHeadDim];
+  detail::pdl_enter();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int heads = a.n_head + a.n_head_kv, D = a.head_dim;
+  const int64_t w = int64_t(blockIdx.x) * kPrepWarps + warp;
+  if (w >= a.qg.rows * heads) return;  // warp-uniform; no barrier below spans warps
+  const int64_t t = w / heads;
+  const int h = static_cast<int>(w - t * heads);
+  const bool is_q = h < a.n_head;
+  const int hk = h - a.n_head;
+  const int64_t pos = (a.pos_dev ? *a.pos_dev : a.pos_host) + t;
+  const float* src =
+      is_q ? row_ptr(a.qg, t) + int64_t(h) * 2 * D : row_ptr(a.k, t) + int64_t(hk) * D;
+  const float* norm_w = is_q ? a.q_norm : a.k_norm;
+  float v[norm::kPerThread];
+  norm::load_tile(src, D, 0, 0, v);
+  const float scale = norm::rms_scale(norm::head_sum_squares_of_tile(v), D, a.eps);
+  float* hd = head[warp];
+#pragma unroll
+  for (int e = 0; e < norm::kPerThread; ++e) {
+    const int i = e * 32 + lane;
+    if (i < D) hd[i] = v[e] * scale * norm_w[i];  // norm_kernel: (x·scale)·w
+  }
+  __syncwarp();
+  const int half = a.n_rot / 2;
+  for (int i = lane; i < half; i += 32) rope_pair(hd, i, half, pos, a.n_rot, a.theta);
+  __syncwarp();
+  float* dst;
+  const float* copy_src;
+  float* copy_dst;
+  if (is_q) {
+    dst = row_ptr(a.q, t) + int64_t(h) * D;
+    copy_src = src + D;  // the gate half of the head
+    copy_dst = row_ptr(a.gate, t) + int64_t(h) * D;
+  } else {
+    const int64_t kv_dim = int64_t(a.n_head_kv) * D, off = pos * kv_dim + int64_t(hk) * D;
+    dst = a.k_cache + off;
+    copy_src = row_ptr(a.v, t) + int64_t(hk) * D;
+    copy_dst = a.v_cache + off;
+  }
+  for (int i = lane; i < D; i += 32) {
+    dst[i] = hd[i];
+    copy_dst[i] = copy_src[i];
   }
 }
 
@@ -83,8 +172,7 @@ __global__ void __launch_bounds__(kRopeThreads)
 
 constexpr int kAttnWarps = 8;
 constexpr int kAttnThreads = kAttnWarps * 32;
-constexpr int kBatch = 4;  // keys per warp per iteration: 4 independent dots in flight
-constexpr int kMaxHeadDim = 256;
+constexpr int kBatch = 4;               // keys per warp per iteration: 4 independent dots in flight
 constexpr int kMaxSplit = 8;            // CTAs per (t, h): the portable cluster size
 constexpr int64_t kMinSplitKeys = 128;  // keys a CTA should get before the keys are split
 
@@ -245,6 +333,50 @@ void rope(DevRows x, int64_t head_dim, int64_t n_rot, float theta, Pos pos, cuda
       std::min<int64_t>(detail::ceil_div(pairs, kRopeThreads), 32 * sm_count()));
   detail::launch(&rope_kernel, blocks, kRopeThreads, 0, true, s, x, static_cast<int>(head_dim),
                  static_cast<int>(n_rot), static_cast<int>(n_head), theta, pos0, pos.device);
+  CUDA_CHECK_LAUNCH();
+}
+
+void attn_prep(const AttnPrep& p, DevRows qg, DevRows k, DevRows v, DevRows q, DevRows gate,
+               Pos pos, cudaStream_t s) {
+  for (const auto& [name, view] : {std::pair{"qg", qg}, std::pair{"k", k}, std::pair{"v", v},
+                                   std::pair{"q", q}, std::pair{"gate", gate}}) {
+    detail::check_view("attn_prep", name, view);
+  }
+  detail::check_same_shape("attn_prep", q, "q", gate, "gate");
+  detail::check_same_shape("attn_prep", k, "k", v, "v");
+  const int64_t D = p.head_dim;
+  if (D < 1 || D > kMaxHeadDim || p.n_rot <= 0 || p.n_rot % 2 != 0 || p.n_rot > D ||
+      q.cols % D != 0 || k.cols % D != 0 || qg.cols != 2 * q.cols || qg.rows != q.rows ||
+      k.rows != q.rows || pos.host < 0 || !(p.theta > 0.0f) || !(p.eps >= 0.0f) ||
+      p.q_norm == nullptr || p.k_norm == nullptr || p.k_cache == nullptr || p.v_cache == nullptr) {
+    fail(
+        "cuda attn_prep: qg [{}x{}] into q, gate [{}x{}], k, v [{}x{}] with head_dim {} (<= {}) "
+        "n_rot {} (even, <= head_dim) theta {} eps {} at position {}",
+        qg.rows, qg.cols, q.rows, q.cols, k.rows, k.cols, D, kMaxHeadDim, p.n_rot, p.theta, p.eps,
+        pos.host);
+  }
+  const int64_t warps = q.rows * (q.cols / D + k.cols / D);
+  if (warps > int64_t(INT32_MAX) * kPrepWarps)
+    fail("cuda attn_prep: {} rows x heads exceed the grid", warps);
+  const PrepArgs a{qg,
+                   k,
+                   v,
+                   q,
+                   gate,
+                   p.q_norm,
+                   p.k_norm,
+                   p.k_cache,
+                   p.v_cache,
+                   static_cast<int>(q.cols / D),
+                   static_cast<int>(k.cols / D),
+                   static_cast<int>(D),
+                   static_cast<int>(p.n_rot),
+                   p.theta,
+                   p.eps,
+                   pos.host,
+                   pos.device};
+  detail::launch(&attn_prep_kernel, detail::ceil_div(warps, kPrepWarps), kPrepWarps * 32, 0, true,
+                 s, a);
   CUDA_CHECK_LAUNCH();
 }
 

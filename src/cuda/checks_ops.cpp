@@ -32,6 +32,9 @@
 //                                                      glibc's: a few ulp (≲ 5e-7) per element
 //   rope                                        1e-6   double angle and rotation, rounded
 //                                                      once: ≤ 1 ulp (6e-8) expected
+//   attn_prep (against the CPU)                 5e-6   rms_norm's then rope's (the rotation
+//                                                      keeps the head's norm); against the
+//                                                      unfused kernels: 0 (bit for bit)
 //   rms_norm, l2_norm                           4e-6   f32 sum of squares, ≲ 1e-6 (norm.cu)
 //   gdn_recurrence (out and state)      4e-6 + 4e-7·T  f32 reductions per token, errors
 //                                                      at most linear in T (gdn.cu)
@@ -1310,6 +1313,94 @@ void check_rope(Context& ctx, std::vector<Result>& out) {
   }
 }
 
+// attn_prep (rung norm-gemv-fused) bit for bit against the six unfused kernels it replaces
+// (q, gate and both caches; k untouched), and against the CPU's composition of the same ops
+// (the norm's and the rope's tolerances added: the rotation keeps a head's norm).
+void check_attn_prep(Context& ctx, std::vector<Result>& out) {
+  struct Case {
+    int64_t T, H, Hkv, D, n_rot, pos0;
+    bool device_pos, perf;
+    const char* what;
+  };
+  const Case cases[] = {
+      {1, 24, 4, 256, 64, 37, false, true, "bonsai"},
+      {1, 24, 4, 256, 64, 5, true, false, "bonsai, position in device memory (graphs)"},
+      {3, 4, 2, 64, 16, 3, false, false, "tiny prefill"},
+      {2, 3, 1, 77, 10, 1, false, false, "odd"},
+      {1, 2, 2, 256, 256, 9, false, false, "full rotation"},
+      {2, 1, 1, 2, 2, 0, true, false, "one pair"},
+  };
+  constexpr float kTheta = 1e7f;
+  for (const Case& c : cases) {
+    const int64_t qd = c.H * c.D, kv_dim = c.Hkv * c.D, n_ctx = c.pos0 + c.T + 2;
+    const std::string shape = fmt::format("T={} H={} Hkv={} D={} n_rot={} pos0={} {}", c.T, c.H,
+                                          c.Hkv, c.D, c.n_rot, c.pos0, c.what);
+    Buf qg(ctx, c.T, 2 * qd), k(ctx, c.T, kv_dim, 1, 1), v(ctx, c.T, kv_dim, 0, 2);
+    Buf qn(ctx, 1, c.D, 0, 0, 0.5f, 1.5f), kn(ctx, 1, c.D, 0, 0, 0.5f, 1.5f);
+    Buf q(ctx, c.T, qd), gate(ctx, c.T, qd), kc(ctx, n_ctx, kv_dim), vc(ctx, n_ctx, kv_dim);
+    Buf qu(ctx, c.T, qd), gu(ctx, c.T, qd), ku(ctx, c.T, kv_dim, 1, 1), kcu(ctx, n_ctx, kv_dim),
+        vcu(ctx, n_ctx, kv_dim);
+    ku.copy_from(k);
+    kcu.copy_from(kc);
+    vcu.copy_from(vc);
+    for (Buf* b : {&q, &gate, &qu, &gu}) b->poison();
+    // The cache rows to be written are poisoned on the device; the others must keep their values.
+    for (Buf* b : {&kc, &vc, &kcu, &vcu}) {
+      CUDA_CHECK(cudaMemsetAsync(b->dev_data() + c.pos0 * kv_dim, 0xFF,
+                                 size_t(c.T * kv_dim) * sizeof(float), ctx.stream()));
+    }
+    DeviceBuffer pos_dev(sizeof(int32_t));
+    const int32_t pos32 = static_cast<int32_t>(c.pos0);
+    CUDA_CHECK(
+        cudaMemcpyAsync(pos_dev.get(), &pos32, sizeof pos32, cudaMemcpyHostToDevice, ctx.stream()));
+    const int64_t bound = n_ctx - c.T;
+    const Pos pos = c.device_pos ? Pos(bound, bound, pos_dev.as<int32_t>()) : Pos(c.pos0);
+
+    split_heads(qg.dev(), qu.dev(), gu.dev(), c.D, ctx.stream());
+    rms_norm(qu.dev(), qu.dev(), qn.dev_data(), c.D, kEps, ctx.stream());
+    rope(qu.dev(), c.D, c.n_rot, kTheta, pos, ctx.stream());
+    rms_norm(ku.dev(), ku.dev(), kn.dev_data(), c.D, kEps, ctx.stream());
+    rope(ku.dev(), c.D, c.n_rot, kTheta, pos, ctx.stream());
+    kv_store(ku.dev(), v.dev(), kcu.dev_data(), vcu.dev_data(), kv_dim, pos, ctx.stream());
+    const AttnPrep p{qn.dev_data(), kn.dev_data(), kc.dev_data(), vc.dev_data(),
+                     c.D,           c.n_rot,       kTheta,        kEps};
+    const auto run = [&] {
+      attn_prep(p, qg.dev(), k.dev(), v.dev(), q.dev(), gate.dev(), pos, ctx.stream());
+    };
+    run();
+
+    const std::string bits = shape + ": bitwise vs unfused";
+    Result r = bitwise("attn_prep", bits + " (q)", q.device_view(), qu.device_view());
+    also(r, bitwise("attn_prep", bits + " (gate)", gate.device_view(), gu.device_view()));
+    also(r, bitwise("attn_prep", bits + " (k cache)", kc.device_view(), kcu.device_view()));
+    also(r, bitwise("attn_prep", bits + " (v cache)", vc.device_view(), vcu.device_view()));
+    also(r, k.check("attn_prep", shape + ": k untouched", kTolExact));
+
+    cpu::split_heads(qg.host(), q.host(), gate.host(), c.D);
+    cpu::rms_norm(q.host(), q.host(), qn.host_data(), c.D, kEps);
+    cpu::rope(q.host(), c.D, c.n_rot, kTheta, c.pos0);
+    std::vector<float> k_ref;
+    cpu::Rows kr = k.host();
+    for (int64_t t = 0; t < c.T; ++t) k_ref.insert(k_ref.end(), kr.row(t), kr.row(t) + kv_dim);
+    const cpu::Rows kh{k_ref.data(), c.T, kv_dim, kv_dim}, vh = v.host();
+    cpu::rms_norm(kh, kh, kn.host_data(), c.D, kEps);
+    cpu::rope(kh, c.D, c.n_rot, kTheta, c.pos0);
+    for (int64_t t = 0; t < c.T; ++t) {
+      std::copy_n(kh.row(t), kv_dim, kc.host_data() + (c.pos0 + t) * kv_dim);
+      std::copy_n(vh.row(t), kv_dim, vc.host_data() + (c.pos0 + t) * kv_dim);
+    }
+    Result cpu_r = q.check("attn_prep", shape + ": q vs CPU", kTolNorm + kTolRope);
+    also(cpu_r, gate.check("attn_prep", shape + ": gate vs CPU", kTolExact));
+    also(cpu_r, kc.check("attn_prep", shape + ": k cache vs CPU", kTolNorm + kTolRope));
+    also(cpu_r, vc.check("attn_prep", shape + ": v cache vs CPU", kTolExact));
+    if (c.perf) {
+      timed(ctx, cpu_r, 4.0 * double(c.T * (2 * qd + 2 * kv_dim)) * 4, [&](int) { run(); });
+    }
+    out.push_back(r);
+    out.push_back(cpu_r);
+  }
+}
+
 void check_attention(Context& ctx, std::vector<Result>& out) {
   struct Case {
     int64_t T, H, Hkv, D, pos0, off;
@@ -1392,6 +1483,7 @@ void add_ops_checks(Context& ctx, std::vector<Result>& out) {
   check_conv(ctx, out);
   check_gdn(ctx, out);
   check_rope(ctx, out);
+  check_attn_prep(ctx, out);
   check_attention(ctx, out);
 }
 

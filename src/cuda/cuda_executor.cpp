@@ -417,6 +417,19 @@ int CudaExecutor::launch(const model::Step& s, ProgramMem& pm, std::span<const i
       return 1;
     case Op::MatMulFused:
       return fused_matmul(s, pm, slot);
+    case Op::AttnPrep: {
+      const DevRows qg = in(0);
+      attn_prep({.q_norm = vec(s.vec),
+                 .k_norm = vec(s.vec2),
+                 .k_cache = layer(slot.k),
+                 .v_cache = layer(slot.v),
+                 .head_dim = s.head_dim,
+                 .n_rot = hp.n_rot,
+                 .theta = hp.rope_theta,
+                 .eps = s.eps},
+                qg, in(1), in(2), out(), view(pm, s.out2), position(slot, qg.rows), st);
+      return 1;
+    }
     case Op::Null:
       empty_kernel(st);
       return 1;

@@ -156,6 +156,22 @@ void gdn_recurrence(DevRows q, DevRows k, DevRows v, DevRows g, DevRows beta, De
 // NeoX RoPE in place on the first n_rot dims of every head of x, row t at position pos0 + t.
 void rope(DevRows x, int64_t head_dim, int64_t n_rot, float theta, Pos pos0, cudaStream_t s);
 
+// The attention layer's per-token preparation in one launch (rung norm-gemv-fused, decode):
+// bit-identical to split_heads(qg → q, gate); rms_norm(q, q_norm, head_dim); rope(q);
+// rms_norm(k, k_norm, head_dim); rope(k); kv_store(k, v) (rope of row t at pos0 + t). qg
+// [T][H·2D] holds per head q | gate; k, v [T][Hkv·D] (k is read, not written); q, gate
+// [T][H·D]; caches [n_ctx][Hkv·D]. head_dim <= 256. The caller guarantees pos0 + T <= n_ctx.
+struct AttnPrep {
+  const float* q_norm;  // [head_dim]
+  const float* k_norm;  // [head_dim]
+  float* k_cache;
+  float* v_cache;
+  int64_t head_dim, n_rot;
+  float theta, eps;
+};
+void attn_prep(const AttnPrep& p, DevRows qg, DevRows k, DevRows v, DevRows q, DevRows gate,
+               Pos pos0, cudaStream_t s);
+
 // Causal GQA attention of T query rows at positions pos0.. against caches holding positions
 // [0, pos0 + T): q, out [T][H·D], caches [n_ctx][Hkv·D]; query head h reads kv head
 // h / (H / Hkv). D <= 256. The caller guarantees pos0 + T <= n_ctx.

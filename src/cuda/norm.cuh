@@ -74,10 +74,18 @@ __device__ __forceinline__ float combine_warp_sums(const float* sums, int n_warp
   return total;
 }
 
-// The whole canonical sum of squares of a chunk of n <= 256 floats (one virtual warp) by one
-// warp: what a fused kernel uses for a head (GDN q/k, a 128-float ssm_norm head).
+// The whole canonical sum of squares of a chunk of n <= 256 floats (one virtual warp: one
+// tile) by one warp, from the tile the warp loaded with load_tile(x, n, 0, 0, v): what a fused
+// kernel that keeps the head's elements uses (attention's q/k head norms).
+__device__ __forceinline__ float head_sum_squares_of_tile(const float (&v)[kPerThread]) {
+  return 0.0f + detail::warp_sum(add_tile_squares(v, 0.0f));
+}
+// The same from memory: what a fused kernel uses for a head (GDN q/k, a 128-float ssm_norm
+// head).
 __device__ __forceinline__ float head_sum_squares(const float* x, int n) {
-  return 0.0f + virtual_warp_sum_squares(x, n, 0);
+  float v[kPerThread];
+  load_tile(x, n, 0, 0, v);
+  return head_sum_squares_of_tile(v);
 }
 
 __device__ __forceinline__ float rms_scale(float total, int n, float eps) {

@@ -59,6 +59,8 @@ const char* op_name(Op op) {
       return "conv_save";
     case Op::MatMulFused:
       return "mat_mul_fused";
+    case Op::AttnPrep:
+      return "attn_prep";
     case Op::Null:
       return "null";
   }
@@ -248,6 +250,28 @@ class Builder {
         project(h, L.attn_norm, {&A.q, &A.k, &A.v}, {"q_gate", "k", "v"});
     const View qg = proj[0], k = proj[1], v = proj[2];
     const View q = buf("q", hp_.q_dim()), gate = buf("attn_gate", hp_.q_dim());
+    if (fused_gemv_ && D <= kMaxAttnPrepHeadDim) {
+      emit({.op = Op::AttnPrep,
+            .out = q,
+            .in = {qg, k, v},
+            .out2 = gate,
+            .vec = &A.q_norm,
+            .vec2 = &A.k_norm,
+            .layer = il,
+            .head_dim = D,
+            .eps = hp_.rms_eps});
+    } else {
+      unfused_attn_prep(A, il, qg, k, v, q, gate);
+    }
+    const View att = buf("attn_out", hp_.q_dim());
+    emit({.op = Op::Attention, .out = att, .in = {q}, .layer = il, .head_dim = D});
+    output_projection(A.o, att, h, {.prologue = Prologue::SigmoidGate, .gate = gate});
+  }
+
+  // What AttnPrep fuses, one step per op as llama.cpp runs it.
+  void unfused_attn_prep(const AttentionWeights& A, int64_t il, View qg, View k, View v, View q,
+                         View gate) {
+    const int64_t D = hp_.head_dim;
     // k's chain needs only the projection: it may run beside q's (Step::concurrent).
     emit({.op = Op::RmsNorm,
           .out = k,
@@ -266,9 +290,6 @@ class Builder {
           .eps = hp_.rms_eps});
     emit({.op = Op::Rope, .out = q, .in = {q}, .head_dim = D});
     emit({.op = Op::KvStore, .in = {k, v}, .layer = il});
-    const View att = buf("attn_out", hp_.q_dim());
-    emit({.op = Op::Attention, .out = att, .in = {q}, .layer = il, .head_dim = D});
-    output_projection(A.o, att, h, {.prologue = Prologue::SigmoidGate, .gate = gate});
   }
 
   void ffn(const Layer& L, View h) {

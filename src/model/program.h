@@ -43,6 +43,7 @@ enum class Op : uint8_t {
   Attention,      // causal GQA softmax attention of q (in[0]) against the slot's KV cache
   CopyRows,       // out = x rows [row0, row0 + out rows)
   MatMulFused,    // one token: mouts[i] = mats[i]·prologue(x), finished by the epilogue
+  AttnPrep,       // the attention layer's preparation (see Step)
   Null,           // an empty dispatch (gdn bench --null-dispatches prices a dispatch)
 };
 inline constexpr int kOpCount = static_cast<int>(Op::Null) + 1;
@@ -97,6 +98,10 @@ struct Step {
   Epilogue epilogue = Epilogue::Store;
   std::array<const Matrix*, 4> mats{};
   std::array<View, 4> mouts{};  // Store, ConvSilu: one per matrix; AddInto, SiluMulPair: [0]
+  // AttnPrep (rung norm-gemv-fused, decode): in = {qg, k, v}, out = q, out2 = gate, vec =
+  // q_norm, vec2 = k_norm, head_dim, eps, layer: the steps SplitHeads(qg → q, gate), RmsNorm(q,
+  // q_norm), Rope(q), RmsNorm(k, k_norm), Rope(k), KvStore(k, v) as one (k is only read).
+
   // Needs only the steps before it and touches only its views (no cache or state): an
   // executor may overlap it with the steps after it, up to the first that touches its views
   // (the CUDA executor's side stream). Set on the attention layer's k chain (norm, rope),

@@ -61,18 +61,24 @@ constexpr int kMaxHeadDim = 256;  // attention's and attn_prep's largest head
 
 constexpr int kRopeThreads = 256;
 
-// Rotates pair i of a head in place (x_i, x_{i+half}) for position pos: the rope kernel's
-// arithmetic, shared with attn_prep. The products and sums are rounded one by one
-// (__dmul_rn, __dsub_rn, __dadd_rn: never contracted into an FMA), as the CPU computes them, so
-// that every kernel calling this rounds alike whatever the compiler does around it.
-__device__ __forceinline__ void rope_pair(float* xh, int i, int half, int64_t pos, int n_rot,
-                                          float theta) {
-  const double a = xh[i], b = xh[i + half];
-  const double angle = double(pos) * pow(double(theta), -2.0 * double(i) / double(n_rot));
+// Pair i's rotation for position pos and its application to a head in place (x_i,
+// x_{i+half}): the rope kernel's arithmetic, shared with attn_prep, which computes the angles
+// before its inputs are ready. The products and sums are rounded one by one (__dmul_rn,
+// __dsub_rn, __dadd_rn: never contracted into an FMA), as the CPU computes them, so that every
+// kernel calling these rounds alike whatever the compiler does around them.
+struct RopeAngle {
   double sn, cs;
-  sincos(angle, &sn, &cs);
-  xh[i] = static_cast<float>(__dsub_rn(__dmul_rn(a, cs), __dmul_rn(b, sn)));
-  xh[i + half] = static_cast<float>(__dadd_rn(__dmul_rn(a, sn), __dmul_rn(b, cs)));
+};
+__device__ __forceinline__ RopeAngle rope_angle(int i, int64_t pos, int n_rot, float theta) {
+  const double angle = double(pos) * pow(double(theta), -2.0 * double(i) / double(n_rot));
+  RopeAngle r;
+  sincos(angle, &r.sn, &r.cs);
+  return r;
+}
+__device__ __forceinline__ void rope_rotate(float* xh, int i, int half, RopeAngle r) {
+  const double a = xh[i], b = xh[i + half];
+  xh[i] = static_cast<float>(__dsub_rn(__dmul_rn(a, r.cs), __dmul_rn(b, r.sn)));
+  xh[i + half] = static_cast<float>(__dadd_rn(__dmul_rn(a, r.sn), __dmul_rn(b, r.cs)));
 }
 
 __global__ void __launch_bounds__(kRopeThreads)
@@ -86,7 +92,8 @@ __global__ void __launch_bounds__(kRopeThreads)
        p += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = p / per_row;
     const int hp = static_cast<int>(p - t * per_row), h = hp / half, i = hp - h * half;
-    rope_pair(row_ptr(x, t) + int64_t(h) * head_dim, i, half, pos0 + t, n_rot, theta);
+    rope_rotate(row_ptr(x, t) + int64_t(h) * head_dim, i, half,
+                rope_angle(i, pos0 + t, n_rot, theta));
   }
 }
 
@@ -99,17 +106,19 @@ __global__ void __launch_bounds__(kRopeThreads)
 // canonical tile (lane j: elements j + 32e, one virtual warp: head_dim <= 256) and adds the
 // squares in that order (norm::head_sum_squares_of_tile, the norm kernel's order for such a
 // chunk); each element becomes (x·scale)·w as in norm_kernel, is staged in shared memory and
-// rotated by rope_pair (the rope kernel's arithmetic); the heads then go where the unfused
-// steps would leave them: q and the gate to their buffers, k and v to the cache. k itself is
-// only read. Measured (H200, 2026-12-01, Bonsai decode): six dispatches (split 3.06 µs, two
+// rotated by rope_angle / rope_rotate (the rope kernel's arithmetic); the heads then go where the
+// unfused steps would leave them: q and the gate to their buffers, k and v to the cache. k itself
+// is only read. Measured (H200, 2026-12-01, Bonsai decode): six dispatches (split 3.06 µs, two
 // rms_norm ~1, two rope 2.18, kv_store 1.64 in the timeline: ~171 µs/token) became one of
 // 6.41 (102.5 µs/token; 4.0 µs alone); tg128 290.0 -> 295.5, 468 -> 388 dispatches/token.
+// With the angles computed before pdl_wait (below): 6.46 -> 4.37 µs a step, tg128 291.8 ->
+// 300.2 in one call.
 
 constexpr int kPrepWarps = 4;
 
 struct PrepArgs {
-  DevRows qg, k, v, q,
-      gate;             // qg [T][H·2D] (per head: q | gate), k, v [T][Hkv·D], q, gate [T][H·D]
+  // qg [T][H·2D] (per head: q | gate), k, v [T][Hkv·D], q, gate [T][H·D]
+  DevRows qg, k, v, q, gate;
   const float* q_norm;  // [D]
   const float* k_norm;  // [D]
   float* k_cache;       // [n_ctx][Hkv·D]
@@ -120,18 +129,30 @@ struct PrepArgs {
   const int32_t* pos_dev;  // if set, the position is read here at run time (graphs)
 };
 
+// Before pdl_wait a warp computes its pairs' angles: they depend on the position alone, which
+// the host writes before the launch (or the graph replay) and no kernel writes, so the pow and
+// sincos chain overlaps the previous kernel instead of following the norm.
 __global__ void __launch_bounds__(kPrepWarps * 32) attn_prep_kernel(PrepArgs a) {
+  constexpr int kPairsPerLane = kMaxHeadDim / 2 / 32;
   __shared__ float head[kPrepWarps][kMaxHeadDim];
-  detail::pdl_enter();
+  detail::pdl_launch_dependents();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int heads = a.n_head + a.n_head_kv, D = a.head_dim;
+  const int heads = a.n_head + a.n_head_kv, D = a.head_dim, half = a.n_rot / 2;
   const int64_t w = int64_t(blockIdx.x) * kPrepWarps + warp;
-  if (w >= a.qg.rows * heads) return;  // warp-uniform; no barrier below spans warps
+  const bool active = w < a.qg.rows * heads;  // warp-uniform; no barrier spans warps
   const int64_t t = w / heads;
   const int h = static_cast<int>(w - t * heads);
+  const int64_t pos = (a.pos_dev ? *a.pos_dev : a.pos_host) + t;
+  RopeAngle angle[kPairsPerLane];
+#pragma unroll
+  for (int k = 0; k < kPairsPerLane; ++k) {
+    const int i = lane + 32 * k;
+    if (active && i < half) angle[k] = rope_angle(i, pos, a.n_rot, a.theta);
+  }
+  detail::pdl_wait();
+  if (!active) return;
   const bool is_q = h < a.n_head;
   const int hk = h - a.n_head;
-  const int64_t pos = (a.pos_dev ? *a.pos_dev : a.pos_host) + t;
   const float* src =
       is_q ? row_ptr(a.qg, t) + int64_t(h) * 2 * D : row_ptr(a.k, t) + int64_t(hk) * D;
   const float* norm_w = is_q ? a.q_norm : a.k_norm;
@@ -145,8 +166,11 @@ __global__ void __launch_bounds__(kPrepWarps * 32) attn_prep_kernel(PrepArgs a) 
     if (i < D) hd[i] = v[e] * scale * norm_w[i];  // norm_kernel: (x·scale)·w
   }
   __syncwarp();
-  const int half = a.n_rot / 2;
-  for (int i = lane; i < half; i += 32) rope_pair(hd, i, half, pos, a.n_rot, a.theta);
+#pragma unroll
+  for (int k = 0; k < kPairsPerLane; ++k) {
+    const int i = lane + 32 * k;
+    if (i < half) rope_rotate(hd, i, half, angle[k]);
+  }
   __syncwarp();
   float* dst;
   const float* copy_src;

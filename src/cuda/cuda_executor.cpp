@@ -442,7 +442,11 @@ int CudaExecutor::recurrence(const model::Step& s, ProgramMem& pm, Slot& slot, c
   auto in = [&](size_t i) { return view(pm, s.in[i]); };
   const DevState work = s.out2.valid() ? DevState{view(pm, s.out2).data, model::StateType::F32}
                                        : DevState{nullptr, model::StateType::F32};
-  const DevState st_in = s.state_in_slot ? slot_state(slot, s.layer) : work;
+  DevState st_in = work;
+  if (s.state_in_slot) {
+    st_in = slot_state(slot, s.layer);
+    st_in.settled = true;  // DevState::settled says why
+  }
   const DevState st_out = s.state_out_slot ? slot_state(slot, s.layer) : work;
   if (!st_in.data || !st_out.data) {
     fail("cuda executor: gdn_recurrence L{} has no work buffer for its state", s.layer);

@@ -88,6 +88,11 @@ void copy_rows(DevRows x, int64_t row0, DevRows y, cudaStream_t s);
 struct DevState {
   void* data;
   model::StateType type;
+  // No kernel that may still be running writes it: gdn_recurrence may then read it before
+  // pdl_wait, beside the previous kernel's tail. True of a slot's state during a forward (its
+  // first step, Embed, synchronises the stream, and only the layer's own recurrence writes the
+  // slot); false of the baseline's work buffer, which the gather kernel right before fills.
+  bool settled = false;
 };
 // n state values src → dst as one kernel launch, converting between storage types (the
 // baseline's state gather/scatter is a dispatch, as llama.cpp's copy kernel is; a

@@ -1,12 +1,13 @@
-// The attention layer's position-dependent kernels: rope (NeoX, in place) and causal GQA
-// softmax attention against the slot's KV cache (decode, T = 1, and prefill, T > 1).
+// The attention layer's position-dependent kernels: rope (NeoX, in place), attn_prep (the
+// layer's split, q/k head norms, rope and KV store in one launch) and causal GQA softmax
+// attention against the slot's KV cache (decode, T = 1, and prefill, T > 1).
 //
-// rope — one thread per (row, head, pair), grid-striding. Each thread loads its pair
-// (x_i, x_{i+n_rot/2}) first, then computes its angle pos·θ^(−2i/n_rot) in double — pos up to
-// ~10^5 needs more than f32 (an f32 angle near 10^5 rad is off by up to 4e-3 rad), and the
-// CPU computes it in double too — and rotates in double, rounding once. The angle is
+// rope — one thread per (row, head, pair), grid-striding. Each thread computes its angle
+// pos·θ^(−2i/n_rot) in double (rope_angle) — pos up to ~10^5 needs more than f32 (an f32
+// angle near 10^5 rad is off by up to 4e-3 rad), and the CPU computes it in double too — and
+// rotates its pair (x_i, x_{i+n_rot/2}) in double, rounding once (rope_rotate). The angle is
 // recomputed per head rather than shared through a table: that costs double-precision
-// instructions the GPU has to spare but needs no barrier, and the loads overlap the math.
+// instructions the GPU has to spare but needs no barrier, and the pair's loads overlap it.
 // CUDA's double pow/sin/cos are within 2 ulp, so the results match the CPU's to the last f32
 // bit except where a double rounds across an f32 boundary (1 ulp). Measured (H200,
 // 2026-11-30, gdn ops --perf): Bonsai q at T = 1, 2.05 µs (75% of the same-size read

@@ -10,8 +10,9 @@
 // instructions the GPU has to spare but needs no barrier, and the pair's loads overlap it.
 // CUDA's double pow/sin/cos are within 2 ulp, so the results match the CPU's to the last f32
 // bit except where a double rounds across an f32 boundary (1 ulp). Measured (H200,
-// 2026-11-30, gdn ops --perf): Bonsai q at T = 1, 2.05 µs (75% of the same-size read
-// ceiling) against 2.6 µs with a shared table between two barriers.
+// 2026-11-30, gdn ops --perf, before the rotation's products were pinned unfused): Bonsai q at
+// T = 1, 2.05 µs (75% of the same-size read ceiling) against 2.6 µs with a shared table
+// between two barriers.
 //
 // attention — one cluster of S CTAs per (query row t, head h), 8 warps per CTA. The
 // n_kv = pos0 + t + 1 keys are dealt to the cluster's 8·S warps in batches of 4 consecutive
@@ -49,6 +50,7 @@
 
 #include "cuda/kernel_util.cuh"
 #include "cuda/norm.cuh"
+#include "model/fusion.h"
 
 namespace gdn::cuda {
 namespace {
@@ -56,6 +58,8 @@ namespace {
 using detail::row_ptr;
 
 constexpr int kMaxHeadDim = 256;  // attention's and attn_prep's largest head
+// The program builder emits AttnPrep only for heads this kernel takes.
+static_assert(model::kMaxAttnPrepHeadDim <= kMaxHeadDim, "attn_prep's head limit");
 
 // ---------------------------------------------------------------------------------------------
 // rope

@@ -174,6 +174,8 @@ TEST(CpuOps, BinaryAndBroadcast) {
   EXPECT_NEAR(y[1], -2 * silu(-1), 1e-7);
   binary(Binary::SigmoidMul, rows(x, 1, 2), rows(g, 1, 2), rows(y, 1, 2));
   EXPECT_NEAR(y[0], sigmoid(0.5f), 1e-7);
+  binary(Binary::Mul, rows(x, 1, 2), rows(g, 1, 2), rows(y, 1, 2));
+  EXPECT_EQ(y, (std::vector<float>{0.5f, 2}));
   broadcast(Broadcast::Mul, rows(x, 1, 2), v.data(), rows(y, 1, 2));
   EXPECT_EQ(y, (std::vector<float>{3, -8}));
   broadcast(Broadcast::Add, rows(x, 1, 2), v.data(), rows(y, 1, 2));

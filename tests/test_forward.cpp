@@ -147,8 +147,9 @@ TEST(Program, StepKindsNameTheWorkNotTheLayer) {
   // The synthetic model keeps beta and alpha in bf16, as Bonsai's file does.
   EXPECT_EQ(kind_of(model::Op::MatMulFused, 0),
             fmt::format("mat_mul_fused attn_qkv+attn_gate+ssm_beta+ssm_alpha q8_0+bf16 {}->{} "
-                        "rms_norm/conv_silu",
+                        "rms_norm/conv_silu silu(attn_gate)",
                         hp.n_embd, n_qkvzba));
+  EXPECT_EQ(kind_of(model::Op::AttnPrep, 0), "attn_prep sigmoid(gate)");
   EXPECT_EQ(kind_of(model::Op::GdnRecurrence, 0), kind_of(model::Op::GdnRecurrence, 1));
   EXPECT_EQ(kind_of(model::Op::GdnRecurrence, 0),
             "gdn_recurrence state-in-slot state-out-slot +gating +l2norm");
@@ -175,6 +176,62 @@ TEST(Program, EpiloguesSayTheirOutputsAndNames) {
   }
   EXPECT_STREQ(model::epilogue_name(static_cast<Epilogue>(9)), "?");
   EXPECT_STREQ(model::prologue_name(static_cast<model::Prologue>(9)), "?");
+}
+
+// What each prologue reads (the executors pass a gate and a norm weight by it).
+TEST(Program, ProloguesSayWhatTheyRead) {
+  using model::Prologue;
+  struct Want {
+    Prologue p;
+    bool gated, normed, head;
+  };
+  for (const Want& w :
+       {Want{Prologue::None, false, false, false}, Want{Prologue::RmsNorm, false, true, false},
+        Want{Prologue::HeadRmsNormSiluGate, true, true, true},
+        Want{Prologue::SigmoidGate, true, false, false},
+        Want{Prologue::HeadRmsNormMulGate, true, true, true},
+        Want{Prologue::MulGate, true, false, false}}) {
+    EXPECT_EQ(model::prologue_gated(w.p), w.gated) << model::prologue_name(w.p);
+    EXPECT_EQ(model::prologue_normed(w.p), w.normed) << model::prologue_name(w.p);
+    EXPECT_EQ(model::prologue_head_normed(w.p), w.head) << model::prologue_name(w.p);
+    EXPECT_STRNE(model::prologue_name(w.p), "?");
+  }
+}
+
+// With norm-gemv-fused a decode activates each gate once where it is written (the qkv
+// GEMV's z through SiLU, attn_prep's gate through sigmoid) and the output GEMVs multiply by
+// it (HeadRmsNormMulGate, MulGate); without it, no step does either.
+TEST(Program, FusedDecodeActivatesEachGateOnce) {
+  auto m = tiny(quant::Type::Q8_0);
+  const model::Program fused = model::build_forward(m->model, 1, false);
+  std::vector<int32_t> silu_bufs, sigmoid_bufs;
+  int head_mul = 0, mul = 0;
+  for (const model::Step& s : fused.steps) {
+    if (s.silu_mat >= 0) silu_bufs.push_back(s.mouts[static_cast<size_t>(s.silu_mat)].buf);
+    if (s.gate_sigmoid) sigmoid_bufs.push_back(s.out2.buf);
+    EXPECT_NE(s.prologue, model::Prologue::HeadRmsNormSiluGate);
+    EXPECT_NE(s.prologue, model::Prologue::SigmoidGate);
+    const auto read_after = [&](const std::vector<int32_t>& bufs) {
+      return std::find(bufs.begin(), bufs.end(), s.in[1].buf) != bufs.end();
+    };
+    if (s.prologue == model::Prologue::HeadRmsNormMulGate) {
+      ++head_mul;
+      EXPECT_TRUE(read_after(silu_bufs)) << model::step_kind(s);
+    }
+    if (s.prologue == model::Prologue::MulGate) {
+      ++mul;
+      EXPECT_TRUE(read_after(sigmoid_bufs)) << model::step_kind(s);
+    }
+  }
+  EXPECT_EQ(head_mul, m->model.hp.n_recurrent());
+  EXPECT_EQ(mul, m->model.hp.n_attention());
+  for (model::Rungs r :
+       {model::Rungs::none(), model::Rungs::exact().without(model::Rung::NormGemvFused)}) {
+    for (const model::Step& s : model::build_forward(m->model, 1, false, {.rungs = r}).steps) {
+      EXPECT_EQ(s.silu_mat, -1) << model::step_kind(s);
+      EXPECT_FALSE(s.gate_sigmoid) << model::step_kind(s);
+    }
+  }
 }
 
 // The attention layer's k chain (norm, rope) is marked to run beside the q chain: it reads

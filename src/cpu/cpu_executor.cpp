@@ -308,7 +308,9 @@ void CpuExecutor::kv_store(Rows k, Rows v, int64_t layer, Slot& slot) {
 void CpuExecutor::attn_prep(const model::Step& s, const model::Program& p, Slot& slot) {
   const model::HParams& hp = model_.hp;
   const Rows q = view(p, s.out);
-  split_heads(view(p, s.in[0]), q, view(p, s.out2), s.head_dim);
+  const Rows gate = view(p, s.out2);
+  split_heads(view(p, s.in[0]), q, gate, s.head_dim);
+  if (s.gate_sigmoid) unary(Unary::Sigmoid, gate, gate);
   rms_norm(q, q, s.vec->data(), s.head_dim, s.eps);
   rope(q, s.head_dim, hp.n_rot, hp.rope_theta, slot.n_past);
   const Rows k = copy_of(view(p, s.in[1]), tmp_[0]);
@@ -336,6 +338,13 @@ void CpuExecutor::fused_matmul(const model::Step& s, const model::Program& p, Sl
     case model::Prologue::SigmoidGate:
       binary(Binary::SigmoidMul, x0, view(p, s.in[1]), x);
       break;
+    case model::Prologue::HeadRmsNormMulGate:
+      rms_norm(x0, x, s.vec->data(), s.head_dim, s.eps);
+      binary(Binary::Mul, x, view(p, s.in[1]), x);
+      break;
+    case model::Prologue::MulGate:
+      binary(Binary::Mul, x0, view(p, s.in[1]), x);
+      break;
   }
   const int n = s.n_mats();
   switch (s.epilogue) {
@@ -354,6 +363,10 @@ void CpuExecutor::fused_matmul(const model::Step& s, const model::Program& p, Sl
         conv_step(pre, y, s.vec2->data(), model_.hp.ssm_conv_kernel,
                   slot.conv.at(static_cast<size_t>(s.layer)).data());
         unary(Unary::Silu, y, y);
+      }
+      if (s.silu_mat >= 0) {
+        const Rows g = view(p, s.mouts[static_cast<size_t>(s.silu_mat)]);
+        unary(Unary::Silu, g, g);
       }
       return;
     }

@@ -107,6 +107,9 @@ void binary(Binary f, Rows x, Rows g, Rows y) {
         case Binary::SigmoidMul:
           y.row(t)[i] = a * sigmoid(g.row(t)[i]);
           break;
+        case Binary::Mul:
+          y.row(t)[i] = a * g.row(t)[i];
+          break;
       }
     }
   }

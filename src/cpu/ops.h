@@ -31,7 +31,8 @@ void unary(Unary f, Rows x, Rows y);
 float sigmoid(float x);
 float softplus(float x);  // log(1 + e^x), linear above 20 like torch
 float silu(float x);
-enum class Binary { Add, SiluMul, SigmoidMul };  // y = y + x | x·silu(g) | x·sigmoid(g)
+// y = y + x | x·silu(g) | x·sigmoid(g) | x·g
+enum class Binary { Add, SiluMul, SigmoidMul, Mul };
 void binary(Binary f, Rows x, Rows g, Rows y);
 enum class Broadcast { Add, Mul };  // y = x (+|·) v[col]
 void broadcast(Broadcast f, Rows x, const float* v, Rows y);

@@ -113,11 +113,13 @@ __global__ void __launch_bounds__(kRopeThreads)
 // chunk); each element becomes (x·scale)·w as in norm_kernel, is staged in shared memory and
 // rotated by rope_angle / rope_rotate (the rope kernel's arithmetic); the heads then go where the
 // unfused steps would leave them: q and the gate to their buffers, k and v to the cache. k itself
-// is only read. Measured (H200, 2026-12-01, Bonsai decode): six dispatches (split 3.06 µs, two
-// rms_norm ~1, two rope 2.18, kv_store 1.64 in the timeline: ~171 µs/token) became one of
-// 6.41 (102.5 µs/token; 4.0 µs alone); tg128 290.0 -> 295.5, 468 -> 388 dispatches/token.
-// With the angles computed before pdl_wait (below): 6.46 -> 4.37 µs a step, tg128 291.8 ->
-// 300.2 in one call.
+// is only read. With gate_sigmoid the gate is stored as detail::sigmoid(gate), the value
+// binary SigmoidMul multiplies by: attn_output's MulGate prologue then multiplies by it as it is,
+// once per element here instead of in each of its CTAs. Measured (H200, 2026-12-01, Bonsai decode):
+// six dispatches (split 3.06 µs, two rms_norm ~1, two rope 2.18, kv_store 1.64 in the timeline:
+// ~171 µs/token) became one of 6.41 (102.5 µs/token; 4.0 µs alone); tg128 290.0 -> 295.5, 468 ->
+// 388 dispatches/token. With the angles computed before pdl_wait (below): 6.46 -> 4.37 µs a step,
+// tg128 291.8 -> 300.2 in one call.
 
 constexpr int kPrepWarps = 4;
 
@@ -132,6 +134,7 @@ struct PrepArgs {
   float theta, eps;
   int64_t pos_host;
   const int32_t* pos_dev;  // if set, the position is read here at run time (graphs)
+  bool gate_sigmoid;
 };
 
 // Before pdl_wait a warp computes its pairs' angles: they depend on the position alone, which
@@ -190,9 +193,10 @@ __global__ void __launch_bounds__(kPrepWarps * 32) attn_prep_kernel(PrepArgs a) 
     copy_src = row_ptr(a.v, t) + int64_t(hk) * D;
     copy_dst = a.v_cache + off;
   }
+  const bool sig = is_q && a.gate_sigmoid;
   for (int i = lane; i < D; i += 32) {
     dst[i] = hd[i];
-    copy_dst[i] = copy_src[i];
+    copy_dst[i] = sig ? detail::sigmoid(copy_src[i]) : copy_src[i];
   }
 }
 
@@ -403,7 +407,8 @@ void attn_prep(const AttnPrep& p, DevRows qg, DevRows k, DevRows v, DevRows q, D
                    p.theta,
                    p.eps,
                    pos.host,
-                   pos.device};
+                   pos.device,
+                   p.gate_sigmoid};
   detail::launch(&attn_prep_kernel, detail::ceil_div(warps, kPrepWarps), kPrepWarps * 32, 0, true,
                  s, a);
   CUDA_CHECK_LAUNCH();

@@ -56,6 +56,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -322,14 +323,15 @@ struct FusedCase {
   Epilogue epi = Epilogue::Store;
   int64_t n_in = 0;
   std::vector<int64_t> n_out;
-  int64_t head_dim = 0;   // HeadRmsNormSiluGate
+  int64_t head_dim = 0;   // prologue_head_normed
   bool misalign = false;  // x, gate and norm one float past a 16-byte boundary
+  int silu_mat = -1;      // FusedGemv::silu_mat (Store, ConvSilu)
   bool timed = false;
   std::string label;  // the Bonsai matrices it stands for
 };
 
 FusedCase fused_case(Type t, Prologue p, Epilogue e, int64_t n_in, std::vector<int64_t> outs,
-                     int64_t head_dim = 0, bool misalign = false) {
+                     int64_t head_dim = 0, bool misalign = false, int silu_mat = -1) {
   FusedCase c;
   c.type = t;
   c.pro = p;
@@ -338,7 +340,16 @@ FusedCase fused_case(Type t, Prologue p, Epilogue e, int64_t n_in, std::vector<i
   c.n_out = std::move(outs);
   c.head_dim = head_dim;
   c.misalign = misalign;
+  c.silu_mat = silu_mat;
   return c;
+}
+
+// The activation a MulGate-kind prologue's gate was stored through (what the unfused
+// sequence's binary kernel applies to the raw gate instead).
+std::optional<cpu::Unary> pre_activation(Prologue p) {
+  if (p == Prologue::HeadRmsNormMulGate) return cpu::Unary::Silu;
+  if (p == Prologue::MulGate) return cpu::Unary::Sigmoid;
+  return std::nullopt;
 }
 
 DevRows vec_rows(float* p, int64_t n) {
@@ -358,14 +369,15 @@ void run_fused_case(Context& ctx, std::vector<Result>& out, const FusedCase& c) 
   const std::string op = fmt::format("matmul_fused_{}", quant::type_info(c.type).name);
   std::string outs;
   for (int i = 0; i < n; ++i) outs += fmt::format("{}{}", i ? "+" : "", c.n_out[i]);
-  const std::string shape =
-      fmt::format("{}{}->{} {}{} {}{}", c.label.empty() ? "" : c.label + " ", c.n_in, outs,
-                  model::prologue_name(c.pro),
-                  c.pro == Prologue::HeadRmsNormSiluGate ? fmt::format("/{}", c.head_dim) : "",
-                  model::epilogue_name(c.epi), c.misalign ? " misaligned" : "");
+  const std::string shape = fmt::format(
+      "{}{}->{} {}{} {}{}{}", c.label.empty() ? "" : c.label + " ", c.n_in, outs,
+      model::prologue_name(c.pro),
+      model::prologue_head_normed(c.pro) ? fmt::format("/{}", c.head_dim) : "",
+      model::epilogue_name(c.epi), c.silu_mat >= 0 ? fmt::format(" silu(w{})", c.silu_mat) : "",
+      c.misalign ? " misaligned" : "");
   const float eps = 1e-6f;
-  const bool gated = c.pro == Prologue::HeadRmsNormSiluGate || c.pro == Prologue::SigmoidGate;
-  const bool normed = c.pro == Prologue::RmsNorm || c.pro == Prologue::HeadRmsNormSiluGate;
+  const bool gated = model::prologue_gated(c.pro);
+  const bool normed = model::prologue_normed(c.pro);
   const int64_t norm_len = c.pro == Prologue::RmsNorm ? c.n_in : c.head_dim;
   // Outputs: the matrices' n_out (Store, ConvSilu), or one vector of n_out[0] (AddInto,
   // SiluMulPair).
@@ -406,12 +418,19 @@ void run_fused_case(Context& ctx, std::vector<Result>& out, const FusedCase& c) 
   }
   const int64_t off = c.misalign ? 1 : 0;
   DeviceBuffer dx((c.n_in + 4) * sizeof(float)), dg((c.n_in + 4) * sizeof(float)),
-      dn((norm.size() + 4) * sizeof(float)), dp(c.n_in * sizeof(float));
+      dga((c.n_in + 4) * sizeof(float)), dn((norm.size() + 4) * sizeof(float)),
+      dp(c.n_in * sizeof(float));
   float* x_d = dx.as<float>() + off;
   float* g_d = dg.as<float>() + off;
+  float* ga_d = dga.as<float>() + off;  // the fused launch's gate: pre-activated or g_d's copy
   float* n_d = dn.as<float>() + off;
   CUDA_CHECK(cudaMemcpyAsync(x_d, x.data(), x.size() * 4, cudaMemcpyHostToDevice, s));
   CUDA_CHECK(cudaMemcpyAsync(g_d, gate.data(), gate.size() * 4, cudaMemcpyHostToDevice, s));
+  if (const auto act = pre_activation(c.pro)) {
+    unary(*act, vec_rows(g_d, c.n_in), vec_rows(ga_d, c.n_in), s);
+  } else {
+    CUDA_CHECK(cudaMemcpyAsync(ga_d, g_d, gate.size() * 4, cudaMemcpyDeviceToDevice, s));
+  }
   CUDA_CHECK(cudaMemcpyAsync(n_d, norm.data(), norm.size() * 4, cudaMemcpyHostToDevice, s));
   const auto output = [&](int i) { return c.n_out[static_cast<size_t>(i)] + kPad; };
   const auto poisoned = [&](int i, bool with_residual) {
@@ -434,12 +453,14 @@ void run_fused_case(Context& ctx, std::vector<Result>& out, const FusedCase& c) 
       p_d = dp.as<float>();
       break;
     case Prologue::HeadRmsNormSiluGate:
+    case Prologue::HeadRmsNormMulGate:
       rms_norm(vec_rows(x_d, c.n_in), vec_rows(dp.as<float>(), c.n_in), n_d, c.head_dim, eps, s);
       binary(cpu::Binary::SiluMul, vec_rows(dp.as<float>(), c.n_in), vec_rows(g_d, c.n_in),
              vec_rows(dp.as<float>(), c.n_in), s);
       p_d = dp.as<float>();
       break;
     case Prologue::SigmoidGate:
+    case Prologue::MulGate:
       binary(cpu::Binary::SigmoidMul, vec_rows(x_d, c.n_in), vec_rows(g_d, c.n_in),
              vec_rows(dp.as<float>(), c.n_in), s);
       p_d = dp.as<float>();
@@ -451,6 +472,10 @@ void run_fused_case(Context& ctx, std::vector<Result>& out, const FusedCase& c) 
   for (int i = 0; i < n; ++i) {
     products.push_back(poisoned(i, false));
     matmul(copies[0][i], p_d, c.n_in, products[i].as<float>(), c.n_out[i], 1, ws, s);
+  }
+  if (c.silu_mat >= 0) {  // the later SiluMul's activation of this matrix's output
+    const DevRows g = vec_rows(products[c.silu_mat].as<float>(), c.n_out[c.silu_mat]);
+    unary(cpu::Unary::Silu, g, g, s);
   }
   std::vector<DeviceBuffer> unfused;  // the outputs of the unfused sequence
   if (c.epi == Epilogue::Store) {
@@ -481,7 +506,8 @@ void run_fused_case(Context& ctx, std::vector<Result>& out, const FusedCase& c) 
   f.prologue = c.pro;
   f.epilogue = c.epi;
   f.x = x_d;
-  f.gate = gated ? g_d : nullptr;
+  f.gate = gated ? ga_d : nullptr;
+  f.silu_mat = c.silu_mat;
   f.norm = normed ? n_d : nullptr;
   f.head_dim = c.head_dim;
   f.eps = eps;
@@ -547,6 +573,9 @@ void run_fused_case(Context& ctx, std::vector<Result>& out, const FusedCase& c) 
                    state.data());
     for (size_t j = 0; j < y0.size(); ++j) dots[0][j] = cpu::silu(y0[j]);
   }
+  if (c.silu_mat >= 0) {
+    for (float& v : dots[static_cast<size_t>(c.silu_mat)]) v = cpu::silu(v);
+  }
   if (model::epilogue_per_matrix(c.epi)) {
     for (const auto& d : dots) ref_all.insert(ref_all.end(), d.begin(), d.end());
   } else {
@@ -582,15 +611,19 @@ void run_fused_case(Context& ctx, std::vector<Result>& out, const FusedCase& c) 
 }
 
 void add_fused_checks(Context& ctx, std::vector<Result>& out) {
-  const Prologue pros[] = {Prologue::None, Prologue::RmsNorm, Prologue::HeadRmsNormSiluGate,
-                           Prologue::SigmoidGate};
+  const Prologue pros[] = {Prologue::None,
+                           Prologue::RmsNorm,
+                           Prologue::HeadRmsNormSiluGate,
+                           Prologue::SigmoidGate,
+                           Prologue::HeadRmsNormMulGate,
+                           Prologue::MulGate};
   // Every prologue x epilogue x matrix count on small odd shapes.
   for (Type t : {Type::Q1_0, Type::F32, Type::BF16, Type::Q8_0}) {
     const bool q1 = t == Type::Q1_0;
     const int64_t n_in = q1 ? 640 : t == Type::F32 ? 77 : 96;
     const int64_t head = q1 ? 128 : t == Type::F32 ? 7 : 32;
     for (Prologue p : pros) {
-      const int64_t hd = p == Prologue::HeadRmsNormSiluGate ? head : 0;
+      const int64_t hd = model::prologue_head_normed(p) ? head : 0;
       for (const std::vector<int64_t>& outs :
            std::vector<std::vector<int64_t>>{{77}, {3, 1000}, {16, 1, 300}, {48, 77, 33, 200}}) {
         run_fused_case(ctx, out, fused_case(t, p, Epilogue::Store, n_in, outs, hd));
@@ -600,6 +633,12 @@ void add_fused_checks(Context& ctx, std::vector<Result>& out) {
       run_fused_case(ctx, out, fused_case(t, p, Epilogue::SiluMulPair, n_in, {300, 300}, hd, true));
       run_fused_case(ctx, out, fused_case(t, p, Epilogue::ConvSilu, n_in, {300, 77}, hd));
     }
+    // A stored gate through SiLU (silu_mat), beside the conv's channels and alone.
+    run_fused_case(
+        ctx, out,
+        fused_case(t, Prologue::RmsNorm, Epilogue::ConvSilu, n_in, {300, 77, 16}, 0, false, 1));
+    run_fused_case(ctx, out,
+                   fused_case(t, Prologue::None, Epilogue::Store, n_in, {16, 1, 300}, 0, true, 2));
     // Heads longer than 256 (several virtual warps per head) and misaligned views.
     run_fused_case(
         ctx, out,
@@ -627,12 +666,21 @@ void add_fused_checks(Context& ctx, std::vector<Result>& out) {
   };
   bonsai(Type::Q1_0, Prologue::RmsNorm, Epilogue::Store, 5120, {10240, 6144}, 0, "qkv+z");
   bonsai(Type::Q1_0, Prologue::RmsNorm, Epilogue::ConvSilu, 5120, {10240, 6144}, 0, "conv(qkv)+z");
+  {
+    FusedCase fc = fused_case(Type::Q1_0, Prologue::RmsNorm, Epilogue::ConvSilu, 5120,
+                              {10240, 6144}, 0, false, 1);
+    fc.timed = true;
+    fc.label = "conv(qkv)+silu(z)";
+    run_fused_case(ctx, out, fc);
+  }
   bonsai(Type::BF16, Prologue::RmsNorm, Epilogue::Store, 5120, {48, 48}, 0, "beta+alpha");
   bonsai(Type::Q1_0, Prologue::RmsNorm, Epilogue::SiluMulPair, 5120, {17408, 17408}, 0, "gate+up");
   bonsai(Type::Q1_0, Prologue::RmsNorm, Epilogue::Store, 5120, {12288, 1024, 1024}, 0, "q+k+v");
   bonsai(Type::Q1_0, Prologue::HeadRmsNormSiluGate, Epilogue::AddInto, 6144, {5120}, 128,
          "ssm_out");
+  bonsai(Type::Q1_0, Prologue::HeadRmsNormMulGate, Epilogue::AddInto, 6144, {5120}, 128, "ssm_out");
   bonsai(Type::Q1_0, Prologue::SigmoidGate, Epilogue::AddInto, 6144, {5120}, 0, "attn_output");
+  bonsai(Type::Q1_0, Prologue::MulGate, Epilogue::AddInto, 6144, {5120}, 0, "attn_output");
   bonsai(Type::Q1_0, Prologue::None, Epilogue::AddInto, 17408, {5120}, 0, "ffn_down");
   bonsai(Type::Q1_0, Prologue::RmsNorm, Epilogue::Store, 5120, {248320}, 0, "output");
 }
@@ -715,6 +763,17 @@ void add_fused_refusals(Context& ctx, std::vector<Result>& out) {
                f.head_dim = 100;
              }),
       broken("output overlaps x", [&](FusedGemv& f) { f.y[0] = x + 8; }),
+      broken("silu_mat past the matrices", [&](FusedGemv& f) { f.silu_mat = 1; }),
+      broken("silu_mat with add_into",
+             [&](FusedGemv& f) {
+               f.epilogue = Epilogue::AddInto;
+               f.silu_mat = 0;
+             }),
+      broken("silu_mat on the conv's channels",
+             [&](FusedGemv& f) {
+               conv(f, y2, 4);
+               f.silu_mat = 0;
+             }),
       broken("conv without state", [&](FusedGemv& f) { conv(f, nullptr, 4); }),
       broken("conv of 5 taps", [&](FusedGemv& f) { conv(f, y2, 5); }),
       broken("conv state overlaps output", [&](FusedGemv& f) { conv(f, y + 4, 4); }),

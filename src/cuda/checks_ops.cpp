@@ -77,7 +77,8 @@ static_assert(int(cpu::Unary::Sigmoid) == op_value::kSigmoid &&
               int(cpu::Unary::Silu) == op_value::kSilu);
 static_assert(int(cpu::Binary::Add) == op_value::kAdd &&
               int(cpu::Binary::SiluMul) == op_value::kSiluMul &&
-              int(cpu::Binary::SigmoidMul) == op_value::kSigmoidMul);
+              int(cpu::Binary::SigmoidMul) == op_value::kSigmoidMul &&
+              int(cpu::Binary::Mul) == op_value::kMul);
 static_assert(int(cpu::Broadcast::Add) == op_value::kBroadcastAdd &&
               int(cpu::Broadcast::Mul) == op_value::kBroadcastMul);
 
@@ -544,6 +545,7 @@ void check_binary(Context& ctx, std::vector<Result>& out) {
        "sigmoid_mul",
        kTolActivation,
        {1, 6144, 0, 0, true, true, "bonsai attn gate"}},
+      {cpu::Binary::Mul, "mul", kTolExact, {1, 6144, 0, 0, true, true, "bonsai gate"}},
   };
   for (const Fn& fn : fns) {
     const MapCase cases[] = {
@@ -1328,6 +1330,7 @@ void check_attn_prep(Context& ctx, std::vector<Result>& out) {
     int64_t T, H, Hkv, D, n_rot, pos0;
     bool device_pos, perf;
     const char* what;
+    bool gate_sigmoid = false;  // the gate stored through sigmoid (AttnPrep::gate_sigmoid)
   };
   const Case cases[] = {
       {1, 24, 4, 256, 64, 37, false, true, "bonsai"},
@@ -1336,6 +1339,8 @@ void check_attn_prep(Context& ctx, std::vector<Result>& out) {
       {2, 3, 1, 77, 10, 1, false, false, "odd"},
       {1, 2, 2, 256, 256, 9, false, false, "full rotation"},
       {2, 1, 1, 2, 2, 0, true, false, "one pair"},
+      {1, 24, 4, 256, 64, 37, false, true, "bonsai, sigmoid(gate)", true},
+      {2, 3, 1, 77, 10, 1, true, false, "odd, sigmoid(gate)", true},
   };
   constexpr float kTheta = 1e7f;
   for (const Case& c : cases) {
@@ -1364,13 +1369,14 @@ void check_attn_prep(Context& ctx, std::vector<Result>& out) {
     const Pos pos = c.device_pos ? Pos(bound, bound, pos_dev.as<int32_t>()) : Pos(c.pos0);
 
     split_heads(qg.dev(), qu.dev(), gu.dev(), c.D, ctx.stream());
+    if (c.gate_sigmoid) unary(cpu::Unary::Sigmoid, gu.dev(), gu.dev(), ctx.stream());
     rms_norm(qu.dev(), qu.dev(), qn.dev_data(), c.D, kEps, ctx.stream());
     rope(qu.dev(), c.D, c.n_rot, kTheta, pos, ctx.stream());
     rms_norm(ku.dev(), ku.dev(), kn.dev_data(), c.D, kEps, ctx.stream());
     rope(ku.dev(), c.D, c.n_rot, kTheta, pos, ctx.stream());
     kv_store(ku.dev(), v.dev(), kcu.dev_data(), vcu.dev_data(), kv_dim, pos, ctx.stream());
-    const AttnPrep p{qn.dev_data(), kn.dev_data(), kc.dev_data(), vc.dev_data(),
-                     c.D,           c.n_rot,       kTheta,        kEps};
+    const AttnPrep p{qn.dev_data(), kn.dev_data(), kc.dev_data(), vc.dev_data(), c.D,
+                     c.n_rot,       kTheta,        kEps,          c.gate_sigmoid};
     const auto run = [&] {
       attn_prep(p, qg.dev(), k.dev(), v.dev(), q.dev(), gate.dev(), pos, ctx.stream());
     };
@@ -1384,6 +1390,7 @@ void check_attn_prep(Context& ctx, std::vector<Result>& out) {
     also(r, k.check("attn_prep", shape + ": k untouched", kTolExact));
 
     cpu::split_heads(qg.host(), q.host(), gate.host(), c.D);
+    if (c.gate_sigmoid) cpu::unary(cpu::Unary::Sigmoid, gate.host(), gate.host());
     cpu::rms_norm(q.host(), q.host(), qn.host_data(), c.D, kEps);
     cpu::rope(q.host(), c.D, c.n_rot, kTheta, c.pos0);
     std::vector<float> k_ref;
@@ -1397,7 +1404,8 @@ void check_attn_prep(Context& ctx, std::vector<Result>& out) {
       std::copy_n(vh.row(t), kv_dim, vc.host_data() + (c.pos0 + t) * kv_dim);
     }
     Result cpu_r = q.check("attn_prep", shape + ": q vs CPU", kTolNorm + kTolRope);
-    also(cpu_r, gate.check("attn_prep", shape + ": gate vs CPU", kTolExact));
+    also(cpu_r, gate.check("attn_prep", shape + ": gate vs CPU",
+                           c.gate_sigmoid ? kTolActivation : kTolExact));
     also(cpu_r, kc.check("attn_prep", shape + ": k cache vs CPU", kTolNorm + kTolRope));
     also(cpu_r, vc.check("attn_prep", shape + ": v cache vs CPU", kTolExact));
     if (c.perf) {

@@ -426,7 +426,8 @@ int CudaExecutor::launch(const model::Step& s, ProgramMem& pm, std::span<const i
                  .head_dim = s.head_dim,
                  .n_rot = hp.n_rot,
                  .theta = hp.rope_theta,
-                 .eps = s.eps},
+                 .eps = s.eps,
+                 .gate_sigmoid = s.gate_sigmoid},
                 qg, in(1), in(2), out(), view(pm, s.out2), position(slot, qg.rows), st);
       return 1;
     }
@@ -509,6 +510,7 @@ int CudaExecutor::fused_matmul(const model::Step& s, ProgramMem& pm, Slot& slot)
       const GpuMatrix& w = matrix(s.mats[k]);
       if (done[k] || fused_family(w.type) != family) continue;
       done[k] = true;
+      if (s.silu_mat == j) f.silu_mat = f.n;
       f.w[f.n] = &w;
       f.y[f.n] =
           per_matrix ? view(pm, s.mouts[k]).data : (f.n == 0 ? view(pm, s.mouts[0]).data : nullptr);

@@ -100,6 +100,10 @@ struct SigmoidMulOp {
     return x * detail::sigmoid(g);
   }
 };
+struct MulOp {
+  static constexpr bool kG = true, kY = false, kV = false;
+  __device__ float operator()(float x, float g, float, float) const { return x * g; }
+};
 struct AddVecOp {
   static constexpr bool kG = false, kY = false, kV = true;
   __device__ float operator()(float x, float, float, float v) const { return x + v; }
@@ -378,6 +382,8 @@ void binary(cpu::Binary f, DevRows x, DevRows g, DevRows y, cudaStream_t s) {
       return launch_map("silu_mul", SiluMulOp{}, x, g, y, nullptr, s);
     case op_value::kSigmoidMul:
       return launch_map("sigmoid_mul", SigmoidMulOp{}, x, g, y, nullptr, s);
+    case op_value::kMul:
+      return launch_map("mul", MulOp{}, x, g, y, nullptr, s);
   }
   fail("cuda binary: unknown op value {}", static_cast<int>(f));
 }

@@ -30,7 +30,7 @@
 // static_asserts that the two agree. C++20 callers get the full definitions.
 namespace gdn::cpu {
 enum class Unary;      // Sigmoid, Softplus, Silu
-enum class Binary;     // Add, SiluMul, SigmoidMul
+enum class Binary;     // Add, SiluMul, SigmoidMul, Mul
 enum class Broadcast;  // Add, Mul
 }  // namespace gdn::cpu
 #if __cplusplus >= 202002L && !defined(__CUDACC__)
@@ -40,9 +40,9 @@ enum class Broadcast;  // Add, Mul
 namespace gdn::cuda {
 
 namespace op_value {  // cpu/ops.h's enumerator values (checked in checks_ops.cpp)
-inline constexpr int kSigmoid = 0, kSoftplus = 1, kSilu = 2;   // cpu::Unary
-inline constexpr int kAdd = 0, kSiluMul = 1, kSigmoidMul = 2;  // cpu::Binary
-inline constexpr int kBroadcastAdd = 0, kBroadcastMul = 1;     // cpu::Broadcast
+inline constexpr int kSigmoid = 0, kSoftplus = 1, kSilu = 2;             // cpu::Unary
+inline constexpr int kAdd = 0, kSiluMul = 1, kSigmoidMul = 2, kMul = 3;  // cpu::Binary
+inline constexpr int kBroadcastAdd = 0, kBroadcastMul = 1;               // cpu::Broadcast
 }  // namespace op_value
 
 // Device view: rows × cols, row stride ld (floats).
@@ -173,6 +173,7 @@ struct AttnPrep {
   float* v_cache;
   int64_t head_dim, n_rot;
   float theta, eps;
+  bool gate_sigmoid = false;  // gate = sigmoid(the gate half), as binary SigmoidMul applies it
 };
 void attn_prep(const AttnPrep& p, DevRows qg, DevRows k, DevRows v, DevRows q, DevRows gate,
                Pos pos0, cudaStream_t s);

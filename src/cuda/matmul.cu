@@ -71,11 +71,10 @@ PrologueArgs prologue_args(const FusedGemv& f) {
   p.n_in = static_cast<int>(f.w[0]->n_in);
   p.eps = f.eps;
   p.kind = f.prologue;
-  p.chunk = f.prologue == Prologue::RmsNorm               ? p.n_in
-            : f.prologue == Prologue::HeadRmsNormSiluGate ? static_cast<int>(f.head_dim)
-                                                          : 0;
-  const bool gated =
-      f.prologue == Prologue::HeadRmsNormSiluGate || f.prologue == Prologue::SigmoidGate;
+  p.chunk = f.prologue == Prologue::RmsNorm           ? p.n_in
+            : model::prologue_head_normed(f.prologue) ? static_cast<int>(f.head_dim)
+                                                      : 0;
+  const bool gated = model::prologue_gated(f.prologue);
   p.vec = p.n_in % 4 == 0 && p.chunk % 4 == 0 && aligned16(f.x) && (!gated || aligned16(f.gate)) &&
           (p.chunk == 0 || aligned16(f.norm));
   if (p.chunk > 0) {
@@ -89,6 +88,7 @@ PrologueArgs prologue_args(const FusedGemv& f) {
 EpilogueArgs epilogue_args(const FusedGemv& f) {
   EpilogueArgs e;
   e.kind = f.epilogue;
+  e.silu_mat = f.silu_mat;
   for (int i = 0; i < f.n; ++i) e.y[i] = f.y[i];
   if (f.epilogue == Epilogue::ConvSilu) {
     e.conv_w = f.conv_w;
@@ -221,16 +221,18 @@ void check_fused(const FusedGemv& f) {
       if (f.y[0] == nullptr) bad("no output y[0]");
       break;
   }
+  if (f.silu_mat != -1 &&
+      (!model::epilogue_per_matrix(f.epilogue) || f.silu_mat < 0 || f.silu_mat >= f.n ||
+       (f.epilogue == Epilogue::ConvSilu && f.silu_mat == 0))) {
+    bad(fmt::format("silu_mat {}: a stored matrix of this launch (not the conv's)", f.silu_mat));
+  }
   if (f.x == nullptr) bad("no input x");
-  const bool gated =
-      f.prologue == Prologue::HeadRmsNormSiluGate || f.prologue == Prologue::SigmoidGate;
-  const bool normed =
-      f.prologue == Prologue::RmsNorm || f.prologue == Prologue::HeadRmsNormSiluGate;
+  const bool gated = model::prologue_gated(f.prologue);
+  const bool normed = model::prologue_normed(f.prologue);
   if (gated && f.gate == nullptr) bad("no gate vector");
   if (normed && f.norm == nullptr) bad("no norm weight vector");
   if (normed && !(f.eps >= 0.0f)) bad(fmt::format("eps {} must be >= 0", f.eps));
-  if (f.prologue == Prologue::HeadRmsNormSiluGate &&
-      (f.head_dim <= 0 || w0.n_in % f.head_dim != 0)) {
+  if (model::prologue_head_normed(f.prologue) && (f.head_dim <= 0 || w0.n_in % f.head_dim != 0)) {
     bad(fmt::format("head_dim {} must be positive and divide n_in", f.head_dim));
   }
   const int64_t conv_floats = (int64_t(f.conv_kernel) - 1) * w0.n_out;

@@ -367,15 +367,18 @@ void chunked_matmul(const GpuMatrix& w, const float* x, int64_t ldx, float* y, i
 //     x·scale·w in the kernel's order ((x·scale)·w).
 //   HeadRmsNormSiluGate then multiplies by detail::silu(gate), SigmoidGate x by
 //     detail::sigmoid(gate): elementwise.cu's SiluMul / SigmoidMul functors, `x * silu(g)`.
+//   HeadRmsNormMulGate / MulGate multiply by the gate as it is (the Mul functor, `x * g`): on
+//     a gate stored as detail::silu(z) / detail::sigmoid(g) (the epilogue's silu_mat,
+//     attn_prep's gate_sigmoid) that is the same float product.
 // Elements past n_in are staged as 0.
 
 struct PrologueArgs {
   const float* x = nullptr;     // [n_in]
-  const float* gate = nullptr;  // [n_in] (HeadRmsNormSiluGate, SigmoidGate)
-  const float* norm = nullptr;  // [n_in] (RmsNorm) or [head_dim] (HeadRmsNormSiluGate)
+  const float* gate = nullptr;  // [n_in] (prologue_gated)
+  const float* norm = nullptr;  // [n_in] (RmsNorm) or [head_dim] (prologue_head_normed)
   int n_in = 0;
   int chunk = 0;  // the norm's chunk: n_in (RmsNorm) or head_dim; 0 without a norm
-  FastDiv head;   // division by head_dim (HeadRmsNormSiluGate)
+  FastDiv head;   // division by head_dim (prologue_head_normed)
   float eps = 0.0f;
   Prologue kind = Prologue::None;
   bool vec = false;  // x, gate, norm 16-byte aligned; n_in and chunk multiples of 4
@@ -392,8 +395,13 @@ __device__ __forceinline__ float prologue_value(float x, float g, float w, float
   } else if constexpr (P == Prologue::HeadRmsNormSiluGate) {
     const float n = x * scale * w;  // the rms_norm kernel's output...
     return n * detail::silu(g);     // ...through binary SiluMul: x * silu(g)
-  } else {
+  } else if constexpr (P == Prologue::SigmoidGate) {
     return x * detail::sigmoid(g);  // binary SigmoidMul
+  } else if constexpr (P == Prologue::HeadRmsNormMulGate) {
+    const float n = x * scale * w;
+    return n * g;  // binary Mul
+  } else {
+    return x * g;  // MulGate: binary Mul
   }
 }
 
@@ -467,8 +475,8 @@ __device__ __forceinline__ void prologue_scales(const PrologueArgs& p, float* su
 // p(x) of elements i..i+3 (zeros past n_in).
 template <Prologue P, bool kVec>
 __device__ __forceinline__ float4 stage_value(const PrologueArgs& p, int i, const float* scales) {
-  constexpr bool kGate = P == Prologue::HeadRmsNormSiluGate || P == Prologue::SigmoidGate;
-  constexpr bool kNorm = P == Prologue::RmsNorm || P == Prologue::HeadRmsNormSiluGate;
+  constexpr bool kGate = model::prologue_gated(P);
+  constexpr bool kNorm = model::prologue_normed(P);
   float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   if constexpr (kVec) {
     if (i < p.n_in) {  // n_in is a multiple of 4: the whole float4 is inside
@@ -545,6 +553,12 @@ __device__ __forceinline__ void prologue_stage(const PrologueArgs& p, int n_stag
     case Prologue::SigmoidGate:
       return p.vec ? stage_pass<Prologue::SigmoidGate, true>(p, n_stage, scales, store)
                    : stage_pass<Prologue::SigmoidGate, false>(p, n_stage, scales, store);
+    case Prologue::HeadRmsNormMulGate:
+      return p.vec ? stage_pass<Prologue::HeadRmsNormMulGate, true>(p, n_stage, scales, store)
+                   : stage_pass<Prologue::HeadRmsNormMulGate, false>(p, n_stage, scales, store);
+    case Prologue::MulGate:
+      return p.vec ? stage_pass<Prologue::MulGate, true>(p, n_stage, scales, store)
+                   : stage_pass<Prologue::MulGate, false>(p, n_stage, scales, store);
   }
 }
 
@@ -552,6 +566,7 @@ __device__ __forceinline__ void prologue_stage(const PrologueArgs& p, int n_stag
 struct EpilogueArgs {
   Epilogue kind = Epilogue::Store;
   float* y[kMaxFusedMatrices] = {};
+  int silu_mat = -1;  // FusedGemv::silu_mat
   // ConvSilu: matrix 0's rows are the conv's channels (FusedGemv's conv_* fields).
   const float* conv_w = nullptr;  // [channels][conv_kernel]
   float* conv_state = nullptr;    // [conv_kernel - 1][channels]
@@ -622,7 +637,7 @@ __device__ __forceinline__ void epilogue_store(const EpilogueArgs& e, int m, int
                                                float s1, const ConvTaps& taps) {
   switch (e.kind) {
     case Epilogue::Store:
-      e.y[m][row] = s0;
+      e.y[m][row] = m == e.silu_mat ? detail::silu(s0) : s0;
       return;
     case Epilogue::AddInto:
       e.y[0][row] = e.y[0][row] + s0;
@@ -632,7 +647,7 @@ __device__ __forceinline__ void epilogue_store(const EpilogueArgs& e, int m, int
       return;
     case Epilogue::ConvSilu: {
       if (m != 0) {
-        e.y[m][row] = s0;
+        e.y[m][row] = m == e.silu_mat ? detail::silu(s0) : s0;
         return;
       }
       const int hist = e.conv_kernel - 1;

@@ -1193,11 +1193,14 @@ size_t gemv_layout(Q1GemvArgs& a) {
 }
 
 // Teams per CTA: the fewest rounds of slots (one slot per team and round, one CTA per SM),
-// then the fewest teams. Four teams of 5 warps make two rounds of the qkv+z GEMV's 1024 row
-// tiles (on the ~128 SMs its side launch leaves) and of q+k+v's 896 (on 132), where three
-// teams need three (measured, H200: 9.92 -> 8.72 and 9.68 -> 8.12 µs); gate+up's 1088 pair
-// slots take three rounds either way and keep three teams (timeline: 14.22 µs with three,
-// 14.59 with four).
+// then the most teams (more warps share the CTA's prologue and hide each other's latency).
+// Four teams of 5 warps make two rounds of the qkv+z GEMV's 1024 row tiles (on the ~128 SMs
+// its side launch leaves) and of q+k+v's 896 (on 132), where three teams need three
+// (measured, H200: 9.92 -> 8.72 and 9.68 -> 8.12 µs). gate+up's 1088 pair slots take three
+// rounds either way: three teams measured faster once (timeline, 2026-11-30: 14.22 against
+// 14.59 µs), four since the kernel's instruction cuts (2026-12-01, gdn bench --timeline: 13.17
+// against 12.38 µs, 3142.3 -> 3118.8 µs/token); fewer warps than that cost far more (capped
+// at 10 or 12 warps, tg128 221 and 258 against 301).
 int gemv_teams(int kQ, int slices, int n_slots, int n_sm) {
   const int cap = std::max(1, std::min(gemv_max_warps(kQ) / slices, 15));  // barriers 1..15
   int best = 1;
@@ -1205,7 +1208,7 @@ int gemv_teams(int kQ, int slices, int n_slots, int n_sm) {
   for (int t = 1; t <= cap; ++t) {
     const int64_t ctas = std::min<int64_t>(n_sm, ceil_div(n_slots, t));
     const int64_t rounds = ceil_div(n_slots, ctas * t);
-    if (best_rounds == 0 || rounds < best_rounds) {
+    if (best_rounds == 0 || rounds <= best_rounds) {
       best = t;
       best_rounds = rounds;
     }

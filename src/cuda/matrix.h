@@ -84,10 +84,10 @@ int matmul_launches(const GpuMatrix& w, int64_t n_tokens);
 // reach that by sharing those kernels' device code and reduction orders, and every matmul's
 // per-row summation order depends on n_in and the format only (never on n_out or the launch).
 
-// Prologue::None | RmsNorm | HeadRmsNormSiluGate | SigmoidGate and Epilogue::Store | AddInto |
-// SiluMulPair | ConvSilu: model/fusion.h says what each computes. ConvSilu replaces
-// conv_step(W_0·p(x), y[0], conv_w, conv_kernel, conv_state, silu) and equals it bit for bit
-// (the same device arithmetic, conv.cuh).
+// Prologue::None | RmsNorm | HeadRmsNormSiluGate | SigmoidGate | HeadRmsNormMulGate | MulGate
+// and Epilogue::Store | AddInto | SiluMulPair | ConvSilu: model/fusion.h says what each computes.
+// ConvSilu replaces conv_step(W_0·p(x), y[0], conv_w, conv_kernel, conv_state, silu) and equals it
+// bit for bit (the same device arithmetic, conv.cuh).
 using Prologue = model::Prologue;
 using Epilogue = model::Epilogue;
 constexpr int kMaxFusedMatrices = 4;
@@ -96,8 +96,8 @@ struct FusedGemv {
   Prologue prologue = Prologue::None;
   Epilogue epilogue = Epilogue::Store;
   const float* x = nullptr;     // one token, n_in floats
-  const float* gate = nullptr;  // n_in floats (HeadRmsNormSiluGate, SigmoidGate)
-  const float* norm = nullptr;  // n_in (RmsNorm) or head_dim (HeadRmsNormSiluGate) floats
+  const float* gate = nullptr;  // n_in floats (model::prologue_gated)
+  const float* norm = nullptr;  // n_in (RmsNorm) or head_dim (prologue_head_normed) floats
   int64_t head_dim = 0;
   float eps = 0.0f;
   int n = 0;  // matrices
@@ -108,6 +108,9 @@ struct FusedGemv {
   const float* conv_w = nullptr;
   float* conv_state = nullptr;
   int conv_kernel = 0;
+  // Store, ConvSilu: matrix silu_mat's rows are stored as silu(y) (not the conv's, matrix 0 of
+  // ConvSilu): the pre-activated gate of a later HeadRmsNormMulGate; -1: none.
+  int silu_mat = -1;
   // SMs left to a launch running concurrently on another stream (the executor's side
   // stream): a persistent grid that took every SM would have CTAs queued behind it. Changes
   // only which CTA computes a row, never the arithmetic.

@@ -14,7 +14,25 @@ enum class Prologue : uint8_t {
   RmsNorm,              // rms_norm(x, norm, chunk n_in, eps)
   HeadRmsNormSiluGate,  // rms_norm(x, norm, chunk head_dim, eps), then x·silu(gate) (SiluMul)
   SigmoidGate,          // x·sigmoid(gate) (binary SigmoidMul)
+  // The same two with the gate's activation already applied by the step that wrote the gate
+  // (Step::silu_mat, Step::gate_sigmoid): x·gate (binary Mul) on the stored silu(z) or
+  // sigmoid(g) is the value SiluMul / SigmoidMul computes, bit for bit, while the activation
+  // runs once per element instead of in every CTA of the consuming GEMV.
+  HeadRmsNormMulGate,  // rms_norm(x, norm, chunk head_dim, eps), then x·gate
+  MulGate,             // x·gate
 };
+
+// The prologue reads a gate (in[1]); it normalises x; its norm's chunk is a head.
+inline constexpr bool prologue_gated(Prologue p) {
+  return p == Prologue::HeadRmsNormSiluGate || p == Prologue::SigmoidGate ||
+         p == Prologue::HeadRmsNormMulGate || p == Prologue::MulGate;
+}
+inline constexpr bool prologue_head_normed(Prologue p) {
+  return p == Prologue::HeadRmsNormSiluGate || p == Prologue::HeadRmsNormMulGate;
+}
+inline constexpr bool prologue_normed(Prologue p) {
+  return p == Prologue::RmsNorm || prologue_head_normed(p);
+}
 
 enum class Epilogue : uint8_t {
   Store,        // y_i = W_i·p(x) for every matrix
@@ -50,6 +68,10 @@ inline const char* prologue_name(Prologue p) {
       return "head_rms_norm_silu_gate";
     case Prologue::SigmoidGate:
       return "sigmoid_gate";
+    case Prologue::HeadRmsNormMulGate:
+      return "head_rms_norm_mul_gate";
+    case Prologue::MulGate:
+      return "mul_gate";
   }
   return "?";
 }

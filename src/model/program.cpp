@@ -94,6 +94,10 @@ std::string step_flags(const Step& s) {
                      s.fuse_l2norm ? " +l2norm" : "");
   }
   if (s.fuse_silu) f += " +silu";
+  if (s.silu_mat >= 0 && s.mats[static_cast<size_t>(s.silu_mat)]) {
+    f += fmt::format(" silu({})", matrix_role(s.mats[static_cast<size_t>(s.silu_mat)]->name));
+  }
+  if (s.gate_sigmoid) f += " sigmoid(gate)";
   return f;
 }
 
@@ -171,9 +175,11 @@ class Builder {
     // leave the kernel, and the conv's own dispatch is gone.
     const bool conv_in_gemv =
         fused_gemv_ && on(Rung::ConvInplace) && hp_.ssm_conv_kernel <= kMaxFusedConvKernel;
+    // Fused, the projection stores silu(z) (matrix 1), which ssm_out's prologue multiplies by:
+    // the activation runs once per element, not in each of ssm_out's CTAs.
     const std::array<View, 4> proj = project(h, L.attn_norm, {&g.qkv, &g.gate, &g.beta, &g.alpha},
                                              {conv_in_gemv ? "conv" : "qkv", "z", "beta", "alpha"},
-                                             conv_in_gemv ? &g.conv : nullptr, il);
+                                             conv_in_gemv ? &g.conv : nullptr, il, 1);
     const View z = proj[1], b = proj[2], a = proj[3];
     View conv = proj[0];
     if (!conv_in_gemv) {
@@ -216,7 +222,10 @@ class Builder {
 
     output_projection(
         g.out, rec.out, h,
-        {.prologue = Prologue::HeadRmsNormSiluGate, .gate = z, .norm = &g.norm, .head_dim = dk});
+        {.prologue = fused_gemv_ ? Prologue::HeadRmsNormMulGate : Prologue::HeadRmsNormSiluGate,
+         .gate = z,
+         .norm = &g.norm,
+         .head_dim = dk});
   }
 
   // Baseline, as llama.cpp runs it: [state; x] concatenated into a window, the conv over the
@@ -250,7 +259,9 @@ class Builder {
         project(h, L.attn_norm, {&A.q, &A.k, &A.v}, {"q_gate", "k", "v"});
     const View qg = proj[0], k = proj[1], v = proj[2];
     const View q = buf("q", hp_.q_dim()), gate = buf("attn_gate", hp_.q_dim());
-    if (fused_gemv_ && D <= kMaxAttnPrepHeadDim) {
+    // AttnPrep stores sigmoid(gate), which attn_output's prologue multiplies by (MulGate).
+    const bool prep = fused_gemv_ && D <= kMaxAttnPrepHeadDim;
+    if (prep) {
       emit({.op = Op::AttnPrep,
             .out = q,
             .in = {qg, k, v},
@@ -259,13 +270,15 @@ class Builder {
             .vec2 = &A.k_norm,
             .layer = il,
             .head_dim = D,
-            .eps = hp_.rms_eps});
+            .eps = hp_.rms_eps,
+            .gate_sigmoid = true});
     } else {
       unfused_attn_prep(A, il, qg, k, v, q, gate);
     }
     const View att = buf("attn_out", hp_.q_dim());
     emit({.op = Op::Attention, .out = att, .in = {q}, .layer = il, .head_dim = D});
-    output_projection(A.o, att, h, {.prologue = Prologue::SigmoidGate, .gate = gate});
+    output_projection(A.o, att, h,
+                      {.prologue = prep ? Prologue::MulGate : Prologue::SigmoidGate, .gate = gate});
   }
 
   // What AttnPrep fuses, one step per op as llama.cpp runs it.
@@ -336,18 +349,21 @@ class Builder {
 
   // The projections of a layer's normalised input: RmsNorm(h) then one MatMul per matrix, or
   // (norm-gemv-fused) one MatMulFused step with the norm as its prologue. conv (fused only):
-  // matrix 0 feeds layer il's conv, run in the step's epilogue (ConvSilu) with this weight.
+  // matrix 0 feeds layer il's conv, run in the step's epilogue (ConvSilu) with this weight;
+  // matrix silu_mat's output is stored through SiLU (fused only: Step::silu_mat).
   std::array<View, 4> project(View h, const std::vector<float>& norm,
                               std::initializer_list<const Matrix*> mats,
                               std::initializer_list<const char*> names,
-                              const std::vector<float>* conv = nullptr, int64_t il = -1) {
+                              const std::vector<float>* conv = nullptr, int64_t il = -1,
+                              int silu_mat = -1) {
     std::array<View, 4> outs{};
     if (fused_gemv_) {
       Step s{.op = Op::MatMulFused,
              .in = {h},
              .vec = &norm,
              .eps = hp_.rms_eps,
-             .prologue = Prologue::RmsNorm};
+             .prologue = Prologue::RmsNorm,
+             .silu_mat = silu_mat};
       if (conv) {
         s.epilogue = Epilogue::ConvSilu;
         s.vec2 = conv;

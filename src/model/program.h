@@ -91,16 +91,21 @@ struct Step {
   bool conv_window = false;
   bool fuse_silu = false;
 
-  // MatMulFused (rung norm-gemv-fused): in[0] = x, in[1] = the gate (HeadRmsNormSiluGate,
-  // SigmoidGate), vec = the norm weight, head_dim, eps; ConvSilu: vec2 = the conv weight, layer
-  // = the owner of the conv state.
+  // MatMulFused (rung norm-gemv-fused): in[0] = x, in[1] = the gate (prologue_gated), vec =
+  // the norm weight, head_dim, eps; ConvSilu: vec2 = the conv weight, layer = the owner of the
+  // conv state.
   Prologue prologue = Prologue::None;
   Epilogue epilogue = Epilogue::Store;
   std::array<const Matrix*, 4> mats{};
   std::array<View, 4> mouts{};  // Store, ConvSilu: one per matrix; AddInto, SiluMulPair: [0]
+  // Store, ConvSilu: mouts[silu_mat] (not ConvSilu's conv channels) holds silu(W·p(x)), the
+  // pre-activated gate of a later HeadRmsNormMulGate; -1: none.
+  int silu_mat = -1;
   // AttnPrep (rung norm-gemv-fused, decode): in = {qg, k, v}, out = q, out2 = gate, vec =
   // q_norm, vec2 = k_norm, head_dim, eps, layer: the steps SplitHeads(qg → q, gate), RmsNorm(q,
   // q_norm), Rope(q), RmsNorm(k, k_norm), Rope(k), KvStore(k, v) as one (k is only read).
+  // gate_sigmoid: out2 holds sigmoid(gate), the pre-activated gate of a later MulGate.
+  bool gate_sigmoid = false;
 
   // Needs only the steps before it and touches only its views (no cache or state): an
   // executor may overlap it with the steps after it, up to the first that touches its views

@@ -325,26 +325,16 @@ void CpuExecutor::fused_matmul(const model::Step& s, const model::Program& p, Sl
   // The builder never lets an output alias the input (the CUDA kernels refuse it), so without
   // a prologue x is read in place.
   const Rows x = s.prologue == model::Prologue::None ? x0 : scratch(tmp_[0], x0.rows, x0.cols);
-  switch (s.prologue) {
-    case model::Prologue::None:
-      break;
-    case model::Prologue::RmsNorm:
-      rms_norm(x0, x, s.vec->data(), x0.cols, s.eps);
-      break;
-    case model::Prologue::HeadRmsNormSiluGate:
-      rms_norm(x0, x, s.vec->data(), s.head_dim, s.eps);
-      binary(Binary::SiluMul, x, view(p, s.in[1]), x);
-      break;
-    case model::Prologue::SigmoidGate:
-      binary(Binary::SigmoidMul, x0, view(p, s.in[1]), x);
-      break;
-    case model::Prologue::HeadRmsNormMulGate:
-      rms_norm(x0, x, s.vec->data(), s.head_dim, s.eps);
-      binary(Binary::Mul, x, view(p, s.in[1]), x);
-      break;
-    case model::Prologue::MulGate:
-      binary(Binary::Mul, x0, view(p, s.in[1]), x);
-      break;
+  const bool normed = model::prologue_normed(s.prologue);
+  if (normed) {
+    rms_norm(x0, x, s.vec->data(), model::prologue_head_normed(s.prologue) ? s.head_dim : x0.cols,
+             s.eps);
+  }
+  if (model::prologue_gated(s.prologue)) {
+    const Binary gate_op = s.prologue == model::Prologue::HeadRmsNormSiluGate ? Binary::SiluMul
+                           : s.prologue == model::Prologue::SigmoidGate       ? Binary::SigmoidMul
+                                                                              : Binary::Mul;
+    binary(gate_op, normed ? x : x0, view(p, s.in[1]), x);
   }
   const int n = s.n_mats();
   switch (s.epilogue) {

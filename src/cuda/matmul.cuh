@@ -537,28 +537,29 @@ __device__ __forceinline__ void stage_pass(const PrologueArgs& p, int n_stage, c
   }
 }
 
+template <Prologue P, class Store>
+__device__ __forceinline__ void stage_as(const PrologueArgs& p, int n_stage, const float* scales,
+                                         const Store& store) {
+  return p.vec ? stage_pass<P, true>(p, n_stage, scales, store)
+               : stage_pass<P, false>(p, n_stage, scales, store);
+}
+
 template <class Store>
 __device__ __forceinline__ void prologue_stage(const PrologueArgs& p, int n_stage,
                                                const float* scales, const Store& store) {
   switch (p.kind) {
     case Prologue::None:
-      return p.vec ? stage_pass<Prologue::None, true>(p, n_stage, scales, store)
-                   : stage_pass<Prologue::None, false>(p, n_stage, scales, store);
+      return stage_as<Prologue::None>(p, n_stage, scales, store);
     case Prologue::RmsNorm:
-      return p.vec ? stage_pass<Prologue::RmsNorm, true>(p, n_stage, scales, store)
-                   : stage_pass<Prologue::RmsNorm, false>(p, n_stage, scales, store);
+      return stage_as<Prologue::RmsNorm>(p, n_stage, scales, store);
     case Prologue::HeadRmsNormSiluGate:
-      return p.vec ? stage_pass<Prologue::HeadRmsNormSiluGate, true>(p, n_stage, scales, store)
-                   : stage_pass<Prologue::HeadRmsNormSiluGate, false>(p, n_stage, scales, store);
+      return stage_as<Prologue::HeadRmsNormSiluGate>(p, n_stage, scales, store);
     case Prologue::SigmoidGate:
-      return p.vec ? stage_pass<Prologue::SigmoidGate, true>(p, n_stage, scales, store)
-                   : stage_pass<Prologue::SigmoidGate, false>(p, n_stage, scales, store);
+      return stage_as<Prologue::SigmoidGate>(p, n_stage, scales, store);
     case Prologue::HeadRmsNormMulGate:
-      return p.vec ? stage_pass<Prologue::HeadRmsNormMulGate, true>(p, n_stage, scales, store)
-                   : stage_pass<Prologue::HeadRmsNormMulGate, false>(p, n_stage, scales, store);
+      return stage_as<Prologue::HeadRmsNormMulGate>(p, n_stage, scales, store);
     case Prologue::MulGate:
-      return p.vec ? stage_pass<Prologue::MulGate, true>(p, n_stage, scales, store)
-                   : stage_pass<Prologue::MulGate, false>(p, n_stage, scales, store);
+      return stage_as<Prologue::MulGate>(p, n_stage, scales, store);
   }
 }
 

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "cpu/cpu_executor.h"
 #include "cuda/check.h"
@@ -43,6 +46,34 @@ std::vector<float> run_decode(runtime::Executor& ex, const std::vector<int32_t>&
 TEST(CudaOps, EveryKernelMatchesTheCpuReference) {
   REQUIRE_GPU();
   EXPECT_EQ(cuda::opcheck::run("", false, 1), 0);
+}
+
+// `gdn ops --op F` runs only the families F can select (host logic: no GPU needed); a full run
+// (above) fails any result whose op its family does not declare, so the stems stay true.
+TEST(CudaOps, AFilterRunsOnlyTheFamiliesItCanSelect) {
+  const auto& families = cuda::opcheck::families();
+  const auto selected = [&](std::string_view filter) {
+    std::vector<std::string> names;
+    for (const auto& f : families) {
+      if (cuda::opcheck::selects(f, filter)) names.emplace_back(f.name);
+    }
+    return names;
+  };
+  EXPECT_EQ(selected("").size(), families.size());
+  using V = std::vector<std::string>;
+  EXPECT_EQ(selected("attn_prep"), V{"attn_prep"});
+  EXPECT_EQ(selected("att"), (V{"attn_prep", "attention"}));
+  EXPECT_EQ(selected("matmul_fused_q1_0_bits"), V{"matmul_fused"});
+  EXPECT_EQ(selected("matmul_q1_0"), V{"matmul"});
+  EXPECT_EQ(selected("matmul"), (V{"matmul", "matmul_fused"}));
+  EXPECT_EQ(selected("mul"), (V{"binary", "broadcast"}));
+  EXPECT_EQ(selected("gdn"), V{"gdn"});
+  EXPECT_TRUE(selected("nothing").empty());
+  for (const auto& f : families) {
+    EXPECT_FALSE(f.ops.empty()) << f.name;
+    for (std::string_view op : f.ops) EXPECT_TRUE(cuda::opcheck::declares(f, op)) << f.name;
+    EXPECT_FALSE(cuda::opcheck::declares(f, "no_such_op")) << f.name;
+  }
 }
 
 class CudaHf : public ::testing::TestWithParam<const char*> {};

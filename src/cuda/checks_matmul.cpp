@@ -1,5 +1,5 @@
-// Op checks for matmul() (cuda/matrix.h) against the CPU reference (quant/quant.h): `gdn ops`
-// runs add_matmul_checks.
+// Op checks for matmul() and matmul_fused() (cuda/matrix.h) against the CPU reference
+// (quant/quant.h): `gdn ops` runs matmul_families().
 //
 // Every case: a random matrix (random floats through quant::quantize_row, so every stored row
 // is what the reference quantiser makes), random non-zero activations in rows ldx apart whose
@@ -78,7 +78,7 @@ void q1_0_two_launch_gemv(const GpuMatrix& w, const float* x, float* y, MatmulWo
 
 namespace gdn::cuda::opcheck {
 
-void add_matmul_checks(Context& ctx, std::vector<Result>& out);
+std::vector<Family> matmul_families();  // op_check.cpp's families()
 
 namespace {
 
@@ -795,8 +795,6 @@ void add_fused_refusals(Context& ctx, std::vector<Result>& out) {
   }
 }
 
-}  // namespace
-
 void add_matmul_checks(Context& ctx, std::vector<Result>& out) {
   const Type all[] = {Type::F32,  Type::F16,  Type::BF16,  Type::Q8_0,
                       Type::Q4_0, Type::Q2_0, Type::PQ2_0, Type::Q1_0};
@@ -836,8 +834,23 @@ void add_matmul_checks(Context& ctx, std::vector<Result>& out) {
     }
     for (const Case& c : cases) run_case(ctx, out, c);
   }
+}
+
+void add_matmul_fused_checks(Context& ctx, std::vector<Result>& out) {
   add_fused_checks(ctx, out);
   add_fused_refusals(ctx, out);
+}
+
+}  // namespace
+
+std::vector<Family> matmul_families() {
+  return {
+      {"matmul",
+       add_matmul_checks,
+       {"matmul_f32", "matmul_f16", "matmul_bf16", "matmul_q8_0", "matmul_q4_0", "matmul_q2_0",
+        "matmul_pq2_0", "matmul_q1_0"}},
+      {"matmul_fused", add_matmul_fused_checks, {"matmul_fused"}},
+  };
 }
 
 }  // namespace gdn::cuda::opcheck

@@ -1,5 +1,5 @@
 // Op checks for the non-matmul kernels (kernels.h) against the CPU reference (cpu/ops.h):
-// `gdn ops` runs add_ops_checks.
+// `gdn ops` runs ops_families(), one family per kernel family.
 //
 // Every case: random non-zero inputs (ctx.random), outputs poisoned with NaN (0xFF bytes)
 // before the run, the kernel's result compared with the CPU's over the view, and every float
@@ -67,7 +67,7 @@
 
 namespace gdn::cuda::opcheck {
 
-void add_ops_checks(Context& ctx, std::vector<Result>& out);
+std::vector<Family> ops_families();  // op_check.cpp's families()
 
 namespace {
 
@@ -1483,23 +1483,25 @@ void check_attention(Context& ctx, std::vector<Result>& out) {
 
 }  // namespace
 
-void add_ops_checks(Context& ctx, std::vector<Result>& out) {
-  check_norms(ctx, out);
-  check_unary(ctx, out);
-  check_binary(ctx, out);
-  check_broadcast(ctx, out);
-  check_split_heads(ctx, out);
-  check_copies(ctx, out);
-  check_state_copies(ctx, out);
-  check_concat(ctx, out);
-  check_empty(ctx, out);
-  check_kv_store(ctx, out);
-  check_embed(ctx, out);
-  check_conv(ctx, out);
-  check_gdn(ctx, out);
-  check_rope(ctx, out);
-  check_attn_prep(ctx, out);
-  check_attention(ctx, out);
+std::vector<Family> ops_families() {
+  return {
+      {"norms", check_norms, {"rms_norm", "l2_norm"}},
+      {"unary", check_unary, {"sigmoid", "softplus", "silu"}},
+      {"binary", check_binary, {"add", "silu_mul", "sigmoid_mul", "mul"}},
+      {"broadcast", check_broadcast, {"add_vec", "mul_vec"}},
+      {"split_heads", check_split_heads, {"split_heads"}},
+      {"copies", check_copies, {"copy_rows"}},
+      {"state_copies", check_state_copies, {"copy_state"}},
+      {"concat", check_concat, {"concat_rows"}},
+      {"empty", check_empty, {"empty_kernel"}},
+      {"kv_store", check_kv_store, {"kv_store"}},
+      {"embed", check_embed, {"embed"}},
+      {"conv", check_conv, {"conv_step"}},
+      {"gdn", check_gdn, {"gdn_recurrence"}},
+      {"rope", check_rope, {"rope"}},
+      {"attn_prep", check_attn_prep, {"attn_prep"}},
+      {"attention", check_attention, {"attention"}},
+  };
 }
 
 }  // namespace gdn::cuda::opcheck

@@ -13,6 +13,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace gdn::cuda::opcheck {
@@ -68,14 +69,25 @@ Result compare(const std::string& op, const std::string& shape, const std::vecto
 
 using AddChecks = void (*)(Context&, std::vector<Result>&);
 
+// A group of checks run together. `ops` are the op names its results carry, or stems of them
+// (each result's op starts with one): `gdn ops --op F` runs only the families F can select,
+// and a full run refuses a result whose op its family does not declare.
 struct Family {
-  const char* name;  // matched by --op as a prefix of each result's op
+  const char* name;
   AddChecks run;
+  std::vector<std::string_view> ops;
 };
 // Every family, in the order `gdn ops` runs them.
 const std::vector<Family>& families();
+// Whether `--op filter` may select a result of f: the filter is f's name, or the filter and
+// one of f's op stems are prefixes one of the other ("matmul_f" and "matmul_fused_q1_0_bits"
+// both select the family of stem "matmul_fused").
+bool selects(const Family& f, std::string_view filter);
+// Whether f declares op: one of its stems is a prefix of op.
+bool declares(const Family& f, std::string_view op);
 
-// Runs the families whose name or ops match `filter` (empty: all), prints per case and a
+// Runs the families `filter` selects (empty: all), keeps the results whose op starts with it
+// (or every result of a family it names), prints per case and a
 // per-op "N/N passed" summary; with perf, µs, GB/s, % of copy bandwidth and % of the
 // same-size read ceiling. Returns the number of failed cases.
 int run(const std::string& filter, bool perf, uint64_t seed);

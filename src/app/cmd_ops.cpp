@@ -33,7 +33,9 @@ int run_ops(const OpsArgs& a) {
 
 Run add_ops(CLI::App& app) {
   auto a = std::make_shared<OpsArgs>();
-  app.add_option("--op", a->op, "only ops whose name starts with this");
+  app.add_option("--op", a->op,
+                 "only ops whose name starts with this, or one check family by name (matmul, "
+                 "matmul_fused, norms, gdn, ...): only the families it can select run");
   app.add_flag("--perf", a->perf, "also time each case against copy and read ceilings");
   app.add_option("--seed", a->seed, "random seed of the inputs");
   return [a] { return run_ops(*a); };

@@ -5,8 +5,8 @@
 # (also: ncu [the one-launch GEMV's stall reasons per SASS line], profile [every kernel's
 # time in decode steps, one at a time under ncu], sass [the one-launch GEMV's SASS], timeline
 # and timelinebase [gdn bench --timeline, all exact rungs / baseline + graphs], timelinetests,
-# opsperf, ladder, benchladder, nulls, benchbase [baseline granularity + graphs], prevbench,
-# prevbenchbase and prevtimeline [bench, benchbase and timeline with a carried gdn_prev],
+# opsof [OPS="a b": gdn ops --op per name], opsperf, ladder, benchladder, nulls, benchbase
+# [baseline granularity + graphs], prevbench, prevbenchbase and prevtimeline [bench, benchbase and timeline with a carried gdn_prev],
 # benchnographs, compare, comparef32). Every log comes back in $OUT/logs.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -41,6 +41,9 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used,temperature.gpu --f
 for s in "${steps[@]}"; do
   case "$s" in
     ops) run_step ops "$bin/src/app/gdn" ops ;;
+    # The op checks of some ops only (OPS="attn_prep matmul_fused_q1_0": one gdn ops --op each,
+    # each running only the check families it selects).
+    opsof) for o in ${OPS:?set OPS to the op names}; do run_step "ops_$o" "$bin/src/app/gdn" ops --op "$o"; done ;;
     profile) run_step profile ncu --clock-control none --cache-control none \
       --metrics gpu__time_duration.sum --csv --print-units base --kernel-name-base demangled \
       --launch-skip "${PROFILE_SKIP:-2000}" --launch-count "${PROFILE_COUNT:-1100}" \

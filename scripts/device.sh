@@ -7,7 +7,8 @@
 # and timelinebase [gdn bench --timeline, all exact rungs / baseline + graphs], timelinetests,
 # opsof [OPS="a b": gdn ops --op per name], opsperf, ladder, benchladder, nulls, benchbase
 # [baseline granularity + graphs], prevbench, prevbenchbase and prevtimeline [bench,
-# benchbase and timeline with a carried gdn_prev], benchnographs, compare, comparef32). Every log comes back in $OUT/logs.tgz.
+# benchbase and timeline with a carried gdn_prev], benchnographs, compare, comparef32).
+# Every log comes back in $OUT/logs.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/gdn-device}

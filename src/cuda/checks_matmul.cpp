@@ -658,21 +658,16 @@ void add_fused_checks(Context& ctx, std::vector<Result>& out) {
   }
   // The Bonsai-27B decode GEMVs with their real prologues and epilogues (Q1_0; beta/alpha BF16).
   const auto bonsai = [&](Type t, Prologue p, Epilogue e, int64_t n_in, std::vector<int64_t> outs,
-                          int64_t hd, const char* label) {
-    FusedCase fc = fused_case(t, p, e, n_in, std::move(outs), hd);
+                          int64_t hd, const char* label, int silu_mat = -1) {
+    FusedCase fc = fused_case(t, p, e, n_in, std::move(outs), hd, false, silu_mat);
     fc.timed = true;
     fc.label = label;
     run_fused_case(ctx, out, fc);
   };
   bonsai(Type::Q1_0, Prologue::RmsNorm, Epilogue::Store, 5120, {10240, 6144}, 0, "qkv+z");
   bonsai(Type::Q1_0, Prologue::RmsNorm, Epilogue::ConvSilu, 5120, {10240, 6144}, 0, "conv(qkv)+z");
-  {
-    FusedCase fc = fused_case(Type::Q1_0, Prologue::RmsNorm, Epilogue::ConvSilu, 5120,
-                              {10240, 6144}, 0, false, 1);
-    fc.timed = true;
-    fc.label = "conv(qkv)+silu(z)";
-    run_fused_case(ctx, out, fc);
-  }
+  bonsai(Type::Q1_0, Prologue::RmsNorm, Epilogue::ConvSilu, 5120, {10240, 6144}, 0,
+         "conv(qkv)+silu(z)", 1);
   bonsai(Type::BF16, Prologue::RmsNorm, Epilogue::Store, 5120, {48, 48}, 0, "beta+alpha");
   bonsai(Type::Q1_0, Prologue::RmsNorm, Epilogue::SiluMulPair, 5120, {17408, 17408}, 0, "gate+up");
   bonsai(Type::Q1_0, Prologue::RmsNorm, Epilogue::Store, 5120, {12288, 1024, 1024}, 0, "q+k+v");

@@ -87,9 +87,9 @@ bool selects(const Family& f, std::string_view filter);
 bool declares(const Family& f, std::string_view op);
 
 // Runs the families `filter` selects (empty: all), keeps the results whose op starts with it
-// (or every result of a family it names), prints per case and a
-// per-op "N/N passed" summary; with perf, µs, GB/s, % of copy bandwidth and % of the
-// same-size read ceiling. Returns the number of failed cases.
+// (or every result of a family it names), prints per case and a per-op "N/N passed" summary;
+// with perf, µs, GB/s, % of copy bandwidth and % of the same-size read ceiling. Returns the
+// number of failed cases.
 int run(const std::string& filter, bool perf, uint64_t seed);
 
 }  // namespace gdn::cuda::opcheck

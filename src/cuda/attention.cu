@@ -163,9 +163,26 @@ __global__ void __launch_bounds__(kPrepWarps * 32) attn_prep_kernel(PrepArgs a) 
   const int hk = h - a.n_head;
   const float* src =
       is_q ? row_ptr(a.qg, t) + int64_t(h) * 2 * D : row_ptr(a.k, t) + int64_t(hk) * D;
+  float* dst;
+  const float* copy_src;  // copied as it is (v), or through sigmoid (the gate, gate_sigmoid)
+  float* copy_dst;
+  if (is_q) {
+    dst = row_ptr(a.q, t) + int64_t(h) * D;
+    copy_src = src + D;  // the gate half of the head
+    copy_dst = row_ptr(a.gate, t) + int64_t(h) * D;
+  } else {
+    const int64_t kv_dim = int64_t(a.n_head_kv) * D, off = pos * kv_dim + int64_t(hk) * D;
+    dst = a.k_cache + off;
+    copy_src = row_ptr(a.v, t) + int64_t(hk) * D;
+    copy_dst = a.v_cache + off;
+  }
+  // The copied head is loaded with the normalised one, so that its loads overlap the norm's
+  // and its sigmoids run side by side (one per element of the lane's tile), not as a
+  // load-sigmoid-store chain per element.
   const float* norm_w = is_q ? a.q_norm : a.k_norm;
-  float v[norm::kPerThread];
+  float v[norm::kPerThread], c[norm::kPerThread];
   norm::load_tile(src, D, 0, 0, v);
+  norm::load_tile(copy_src, D, 0, 0, c);
   const float scale = norm::rms_scale(norm::head_sum_squares_of_tile(v), D, a.eps);
   float* hd = head[warp];
 #pragma unroll
@@ -180,23 +197,14 @@ __global__ void __launch_bounds__(kPrepWarps * 32) attn_prep_kernel(PrepArgs a) 
     if (i < half) rope_rotate(hd, i, half, angle[k]);
   }
   __syncwarp();
-  float* dst;
-  const float* copy_src;
-  float* copy_dst;
-  if (is_q) {
-    dst = row_ptr(a.q, t) + int64_t(h) * D;
-    copy_src = src + D;  // the gate half of the head
-    copy_dst = row_ptr(a.gate, t) + int64_t(h) * D;
-  } else {
-    const int64_t kv_dim = int64_t(a.n_head_kv) * D, off = pos * kv_dim + int64_t(hk) * D;
-    dst = a.k_cache + off;
-    copy_src = row_ptr(a.v, t) + int64_t(hk) * D;
-    copy_dst = a.v_cache + off;
-  }
   const bool sig = is_q && a.gate_sigmoid;
-  for (int i = lane; i < D; i += 32) {
-    dst[i] = hd[i];
-    copy_dst[i] = sig ? detail::sigmoid(copy_src[i]) : copy_src[i];
+#pragma unroll
+  for (int e = 0; e < norm::kPerThread; ++e) {
+    const int i = e * 32 + lane;
+    if (i < D) {
+      dst[i] = hd[i];
+      copy_dst[i] = sig ? detail::sigmoid(c[e]) : c[e];
+    }
   }
 }
 

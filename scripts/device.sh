@@ -6,8 +6,9 @@
 # time in decode steps, one at a time under ncu], sass [the one-launch GEMV's SASS], timeline
 # and timelinebase [gdn bench --timeline, all exact rungs / baseline + graphs], timelinetests,
 # opsof [OPS="a b": gdn ops --op per name], opsperf, ladder, benchladder, nulls, benchbase
-# [baseline granularity + graphs], prevbench, prevbenchbase and prevtimeline [bench,
-# benchbase and timeline with a carried gdn_prev], benchnographs, compare, comparef32).
+# [baseline granularity + graphs], tg [tg128 alone], prevbench, prevbenchbase, prevtimeline and
+# prevtg [bench, benchbase, timeline and tg with a carried gdn_prev], benchnographs, compare,
+# comparef32).
 # Every log comes back in $OUT/logs.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -81,6 +82,9 @@ for s in "${steps[@]}"; do
     # The same two benchmarks with gdn_prev (a build of an earlier commit, carried beside gdn in
     # the tarball): a change and its baseline measured side by side in one call.
     prevbench) run_step prevbench "$bin/gdn_prev" bench -r 3 --rounds 2 ;;
+    # tg128 alone (no pp512), for a side-by-side pair in a short call.
+    tg) run_step tg "$bin/src/app/gdn" bench -p 0 -r 3 --rounds 2 ;;
+    prevtg) run_step prevtg "$bin/gdn_prev" bench -p 0 -r 3 --rounds 2 ;;
     prevtimeline) run_step prevtimeline "$bin/gdn_prev" bench --timeline -n 16 ;;
     prevbenchbase) run_step prevbenchbase "$bin/gdn_prev" bench -p 0 -r 3 --rounds 2 --rungs graphs ;;
     benchnographs) run_step benchnographs "$bin/src/app/gdn" bench -r 3 --rounds 2 --rungs all,-graphs ;;

@@ -685,7 +685,11 @@ __global__ void __launch_bounds__(kQuantizeBlocks * 16)
 // 193.2). Since (2026-12-01): two eighths per quantising thread, interleaved, ~1200
 // instructions per warp at 5120->10240 (entry ~145, staging ~78, quantising ~386, each slot
 // ~320). Measured and dropped: one kernel instantiation per epilogue (tg128 257.0 vs 271.6:
-// the speed follows ptxas's code generation more than the count), CTA pairs of a cluster
+// read as instruction fetch, a GEMV that follows another kernel binary pays for fetching its
+// own code, ~150 KB of SASS per instantiation; so ssm_out's head-norm prologue in an
+// instantiation of its own, 2026-12-01: ssm_out 8.79 -> 7.39 µs, the gate+up GEMV after it
+// 12.35 -> 13.90, tg128 311.8 -> 301.6. Every prologue and epilogue stays in this one kernel),
+// CTA pairs of a cluster
 // quantising half the blocks each into both CTAs' shared memory (271.5 vs 272.1: the pairs'
 // scheduling eats the shorter prologue). Seven more registers held across the dots made
 // ptxas spill 12 bytes at its 96 (a slower GEMV everywhere): the conv epilogue's taps travel

@@ -178,7 +178,8 @@ __global__ void __launch_bounds__(kPrepWarps * 32) attn_prep_kernel(PrepArgs a) 
   }
   // The copied head is loaded with the normalised one, so that its loads overlap the norm's
   // and its sigmoids run side by side (one per element of the lane's tile), not as a
-  // load-sigmoid-store chain per element.
+  // load-sigmoid-store chain per element. Measured (H200, 2026-12-01, gdn bench --timeline,
+  // Bonsai decode): 4.94 -> 3.03 µs a step.
   const float* norm_w = is_q ? a.q_norm : a.k_norm;
   float v[norm::kPerThread], c[norm::kPerThread];
   norm::load_tile(src, D, 0, 0, v);

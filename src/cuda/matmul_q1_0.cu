@@ -684,16 +684,15 @@ __global__ void __launch_bounds__(kQuantizeBlocks * 16)
 // 1e74d5d: 9.2 us, tg128 180.7); every GEMV warming the next launch's weights in L2 (tg128
 // 193.2). Since (2026-12-01): two eighths per quantising thread, interleaved, ~1200
 // instructions per warp at 5120->10240 (entry ~145, staging ~78, quantising ~386, each slot
-// ~320). Measured and dropped: one kernel instantiation per epilogue (tg128 257.0 vs 271.6:
+// ~320). Measured and dropped: one kernel instantiation per epilogue (tg128 257.0 vs 271.6;
 // read as instruction fetch, a GEMV that follows another kernel binary pays for fetching its
-// own code, ~150 KB of SASS per instantiation; so ssm_out's head-norm prologue in an
+// own code, ~150 KB of SASS per instantiation; so did ssm_out's head-norm prologue in an
 // instantiation of its own, 2026-12-01: ssm_out 8.79 -> 7.39 µs, the gate+up GEMV after it
-// 12.35 -> 13.90, tg128 311.8 -> 301.6. Every prologue and epilogue stays in this one kernel),
-// CTA pairs of a cluster
-// quantising half the blocks each into both CTAs' shared memory (271.5 vs 272.1: the pairs'
-// scheduling eats the shorter prologue). Seven more registers held across the dots made
-// ptxas spill 12 bytes at its 96 (a slower GEMV everywhere): the conv epilogue's taps travel
-// through shared memory instead.
+// 12.35 -> 13.90, tg128 311.8 -> 301.6. Every prologue and epilogue stays in this one
+// kernel), CTA pairs of a cluster quantising half the blocks each into both CTAs' shared
+// memory (271.5 vs 272.1: the pairs' scheduling eats the shorter prologue). Seven more registers
+// held across the dots made ptxas spill 12 bytes at its 96 (a slower GEMV everywhere): the conv
+// epilogue's taps travel through shared memory instead.
 
 struct Q1GemvArgs {
   const uint4* bits[kMaxFusedMatrices];    // [n_tiles][n_quads][2][32] per matrix

@@ -263,7 +263,7 @@ class Builder {
     const View q = buf("q", hp_.q_dim()), gate = buf("attn_gate", hp_.q_dim());
     // AttnPrep stores sigmoid(gate), which attn_output's prologue multiplies by (MulGate).
     // Measured (H200, 2026-12-01, timeline): attn_output 7.22 -> 6.62 µs, attn_prep 4.49 ->
-    // 4.94 (a load-sigmoid-store chain per element; branch next/attn-prep-early-copy: 2.97).
+    // 4.94, then 3.03 once it loaded the gate with the normalised head (attention.cu).
     const bool prep = fused_gemv_ && D <= kMaxAttnPrepHeadDim;
     if (prep) {
       emit({.op = Op::AttnPrep,

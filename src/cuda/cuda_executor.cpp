@@ -473,6 +473,11 @@ int CudaExecutor::recurrence(const model::Step& s, ProgramMem& pm, Slot& slot, c
 // --timeline, H200, 2026-12-01). The main launch leaves the side launches' SMs free, so that
 // none of its persistent CTAs waits behind them. Which CTA computes a row does not change its
 // arithmetic, so the outputs are the serial launches' bits.
+// The side launch still bounds the step: with it skipped (a probe), the qkv step took 9.67
+// instead of 12.95 us. The captured fork and join edges are already programmatic (PDL turns
+// the event edges too; 1682 of 1682 edges in the decode graph), and neither the side CTAs
+// made resident during the previous GEMV nor their first loads issued before the wait
+// shortened it (H200, 2026-12-01; bench/RESULTS.md).
 int CudaExecutor::fused_matmul(const model::Step& s, ProgramMem& pm, Slot& slot) {
   const int n = s.n_mats();
   const DevRows x = view(pm, s.in[0]);

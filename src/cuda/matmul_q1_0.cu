@@ -689,10 +689,12 @@ __global__ void __launch_bounds__(kQuantizeBlocks * 16)
 // own code, ~150 KB of SASS per instantiation; so did ssm_out's head-norm prologue in an
 // instantiation of its own, 2026-12-01: ssm_out 8.79 -> 7.39 µs, the gate+up GEMV after it
 // 12.35 -> 13.90, tg128 311.8 -> 301.6. Every prologue and epilogue stays in this one
-// kernel), CTA pairs of a cluster quantising half the blocks each into both CTAs' shared
-// memory (271.5 vs 272.1: the pairs' scheduling eats the shorter prologue). Seven more registers
-// held across the dots made ptxas spill 12 bytes at its 96 (a slower GEMV everywhere): the conv
-// epilogue's taps travel through shared memory instead.
+// kernel; but smaller code alone did not pay: one staging pass for every prologue kind, with
+// products by 1 where a kind has no factor, took the SASS from 147 to 119 KB and ffn_down from
+// 9.58 to 11.24 µs a step, tg128 ~309 -> ~300), CTA pairs of a cluster quantising half the
+// blocks each into both CTAs' shared memory (271.5 vs 272.1: the pairs' scheduling eats the
+// shorter prologue). Seven more registers held across the dots made ptxas spill 12 bytes at its
+// 96 (a slower GEMV everywhere): the conv epilogue's taps travel through shared memory instead.
 
 struct Q1GemvArgs {
   const uint4* bits[kMaxFusedMatrices];    // [n_tiles][n_quads][2][32] per matrix

@@ -127,9 +127,9 @@ constexpr int kMaxWarps = 16;
 // 48-row beta and alpha: 40 chunks per warp) are bound by the number of rounds. The unroll
 // does not change the arithmetic (chunks are added in order either way). Measured on the H200
 // (2026-12-01, all rungs, beta and alpha 4 CTAs of 16 warps): 4 -> 8 no change (227.2 ->
-// 226.5 tok/s), 4 -> 16 233.5. Slower since (exp/s13-chunk-rounds): a ring refilling each slot
-// as its chunk is used (beta+alpha 7.60 -> 10.76 us), and the first round issued before the
-// kernel's wait (the qkv step ~1 us longer in the pipeline although beta+alpha alone gained).
+// 226.5 tok/s), 4 -> 16 233.5. Measured slower later (branch exp/s13-chunk-rounds): a ring
+// refilling each slot as its chunk is used (beta+alpha 7.60 -> 10.76 us), and the first round
+// issued before the kernel's wait (beta+alpha alone 7.00 us, but the qkv step ~1 us longer).
 __host__ __device__ constexpr int chunk_unroll(int nt) {
   return nt == 1 ? 16 : 4;
 }

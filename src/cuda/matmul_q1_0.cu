@@ -684,17 +684,19 @@ __global__ void __launch_bounds__(kQuantizeBlocks * 16)
 // 1e74d5d: 9.2 us, tg128 180.7); every GEMV warming the next launch's weights in L2 (tg128
 // 193.2). Since (2026-12-01): two eighths per quantising thread, interleaved, ~1200
 // instructions per warp at 5120->10240 (entry ~145, staging ~78, quantising ~386, each slot
-// ~320). Measured and dropped: one kernel instantiation per epilogue (tg128 257.0 vs 271.6;
-// read as instruction fetch, a GEMV that follows another kernel binary pays for fetching its
-// own code, ~150 KB of SASS per instantiation; so did ssm_out's head-norm prologue in an
-// instantiation of its own, 2026-12-01: ssm_out 8.79 -> 7.39 µs, the gate+up GEMV after it
-// 12.35 -> 13.90, tg128 311.8 -> 301.6. Every prologue and epilogue stays in this one
-// kernel; but smaller code alone did not pay: one staging pass for every prologue kind, with
-// products by 1 where a kind has no factor, took the SASS from 147 to 119 KB and ffn_down from
-// 9.58 to 11.24 µs a step, tg128 ~309 -> ~300), CTA pairs of a cluster quantising half the
-// blocks each into both CTAs' shared memory (271.5 vs 272.1: the pairs' scheduling eats the
-// shorter prologue). Seven more registers held across the dots made ptxas spill 12 bytes at its
-// 96 (a slower GEMV everywhere): the conv epilogue's taps travel through shared memory instead.
+// ~320). Measured and dropped:
+//  - one kernel instantiation per epilogue (tg128 257.0 vs 271.6), and ssm_out's head-norm
+//    prologue in an instantiation of its own (2026-12-01: ssm_out 8.79 -> 7.39 µs, but the
+//    gate+up GEMV after it 12.35 -> 13.90, tg128 311.8 -> 301.6). Read as instruction fetch: a
+//    GEMV that follows another kernel binary pays for fetching its own ~150 KB of SASS. So every
+//    prologue and epilogue stays in this one kernel. Smaller code alone did not pay, though: one
+//    staging pass for every prologue kind (products by 1 where a kind has no factor) took the
+//    SASS from 147 to 119 KB but ffn_down from 9.58 to 11.24 µs a step, tg128 ~309 -> ~300:
+//    what a GEMV executes counts more than its size;
+//  - CTA pairs of a cluster quantising half the blocks each into both CTAs' shared memory
+//    (271.5 vs 272.1: the pairs' scheduling eats the shorter prologue).
+// Seven more registers held across the dots made ptxas spill 12 bytes at its 96 (a slower GEMV
+// everywhere): the conv epilogue's taps travel through shared memory instead.
 
 struct Q1GemvArgs {
   const uint4* bits[kMaxFusedMatrices];    // [n_tiles][n_quads][2][32] per matrix

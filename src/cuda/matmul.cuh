@@ -129,9 +129,9 @@ constexpr int kMaxWarps = 16;
 // (2026-12-01, all rungs, beta and alpha 4 CTAs of 16 warps): 4 -> 8 no change (227.2 ->
 // 226.5 tok/s), 4 -> 16 233.5. Measured slower later (branch exp/s13-chunk-rounds): a ring
 // refilling each slot as its chunk is used (beta+alpha 7.60 -> 10.76 us), and the first round
-// issued before the kernel's wait (beta+alpha alone 7.00 us, but the qkv step ~1 us longer),
-// and 20 a round for the unscaled formats (two rounds of 20: tg128 308-309 against 307-311;
-// 2026-12-02).
+// issued before the kernel's wait (beta+alpha alone 7.00 us, but the qkv step ~1 us longer).
+// 20 a round for the unscaled formats (two rounds of 20) gained nothing: tg128 308-309
+// against 307-311 (2026-12-02).
 __host__ __device__ constexpr int chunk_unroll(int nt) {
   return nt == 1 ? 16 : 4;
 }

@@ -481,9 +481,9 @@ int CudaExecutor::recurrence(const model::Step& s, ProgramMem& pm, Slot& slot, c
 // skipped, a probe) it makes the step 10.1 us: its own chain. Folded into the Q1_0 launch
 // (branch exp/s14-side-fold, bit-identical) it was no faster in three forms: one row group per
 // CTA (327 KB through one SM: qkv step 13.9 us), spread over the warps that have a slot fewer
-// (12.1 us, but the recurrence after it lost the 4 free SMs where its CTAs read the state
-// before their wait: tg128 unchanged), and that with 4 chunks a wait (13.8 us; H200,
-// 2026-12-02).
+// (12.1 us, but the recurrence after it 4.47 -> 5.14 us, we think for the 4 free SMs where
+// its CTAs read the state before their wait: tg128 unchanged), and that with 4 chunks a wait
+// (13.8 us; H200, 2026-12-02).
 int CudaExecutor::fused_matmul(const model::Step& s, ProgramMem& pm, Slot& slot) {
   const int n = s.n_mats();
   const DevRows x = view(pm, s.in[0]);

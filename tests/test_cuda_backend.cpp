@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -177,6 +178,41 @@ TEST(CudaGraphs, ReplayIsBitIdenticalToHostLaunches) {
   EXPECT_EQ(run_prefill(with, ids), run_prefill(without, ids));
   EXPECT_EQ(run_decode(with, ids), run_decode(without, ids));
   EXPECT_EQ(with.last_dispatches(), without.last_dispatches());
+}
+
+// forward_view hands out, from pinned host memory, the logits forward copies (same kernels:
+// bit-identical), and the next forward replaces them.
+TEST(CudaLogits, ViewHoldsWhatForwardCopies) {
+  REQUIRE_GPU();
+  auto mem = synth::make_in_memory(synth::preset("tiny"), {});
+  cuda::CudaExecutor copied(mem->model, kOpts), viewed(mem->model, kOpts);
+  const std::vector<int32_t> ids = {3, 1999, 17, 512, 4};
+  std::vector<float> all, last;
+  copied.forward(ids, 0, true, all);
+  std::span<const float> v = viewed.forward_view(ids, 0, true);
+  EXPECT_TRUE(std::equal(v.begin(), v.end(), all.begin(), all.end()));
+  const int32_t next = 42;
+  copied.forward(std::span<const int32_t>(&next, 1), 0, false, last);
+  v = viewed.forward_view(std::span<const int32_t>(&next, 1), 0, false);
+  ASSERT_EQ(v.size(), size_t(mem->model.hp.n_vocab));
+  EXPECT_TRUE(std::equal(v.begin(), v.end(), last.begin(), last.end()));
+}
+
+// Pinned host memory takes a device-to-host copy, and moving it hands the allocation over.
+TEST(CudaLogits, PinnedBufferTakesDeviceCopiesAndMoves) {
+  REQUIRE_GPU();
+  const std::vector<float> src = {1.5f, -2.0f, 3.25f, 7.0f};
+  const size_t bytes = src.size() * sizeof(float);
+  cuda::DeviceBuffer d(bytes);
+  cuda::PinnedBuffer p(bytes);
+  CUDA_CHECK(cudaMemcpy(d.get(), src.data(), bytes, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(p.get(), d.get(), bytes, cudaMemcpyDeviceToHost));
+  EXPECT_TRUE(std::equal(src.begin(), src.end(), p.as<const float>()));
+  cuda::PinnedBuffer moved = std::move(p);
+  EXPECT_EQ(p.get(), nullptr);
+  EXPECT_EQ(p.bytes(), 0u);
+  ASSERT_EQ(moved.bytes(), bytes);
+  EXPECT_EQ(moved.as<const float>()[2], 3.25f);
 }
 
 TEST(CudaSlots, SnapshotAndRollbackMatchCpu) {

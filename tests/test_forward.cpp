@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 #include <string>
 
 #include <fmt/format.h>
@@ -64,6 +65,23 @@ TEST_P(Forward, LastLogitsOnlyMatchesLastRow) {
   const size_t V = size_t(m->model.hp.n_vocab);
   ASSERT_EQ(last.size(), V);
   EXPECT_TRUE(std::equal(last.begin(), last.end(), all.end() - V));
+}
+
+// forward_view hands out the logits that forward copies, in the executor's memory (every id's
+// or the last id's), and the next forward replaces them.
+TEST_P(Forward, ViewHoldsWhatForwardCopies) {
+  auto m = tiny(GetParam());
+  const runtime::ExecutorOptions opts{.n_slots = 1, .n_ctx = 64, .n_threads = 2};
+  cpu::CpuExecutor copied(m->model, opts), viewed(m->model, opts);
+  std::vector<float> all, last;
+  copied.forward(kIds, 0, true, all);
+  std::span<const float> v = viewed.forward_view(kIds, 0, true);
+  EXPECT_TRUE(std::equal(v.begin(), v.end(), all.begin(), all.end()));
+  const int32_t next = 42;
+  copied.forward(std::span<const int32_t>(&next, 1), 0, false, last);
+  v = viewed.forward_view(std::span<const int32_t>(&next, 1), 0, false);
+  ASSERT_EQ(v.size(), size_t(m->model.hp.n_vocab));
+  EXPECT_TRUE(std::equal(v.begin(), v.end(), last.begin(), last.end()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, Forward,

@@ -78,13 +78,12 @@ void configure(runtime::Executor& ex, const Config& c) {
 // Seconds for one run of the test; records the last forward's dispatches.
 double time_test(runtime::Executor& ex, const Test& t, int64_t n_vocab, Result& r) {
   const std::vector<int32_t> ids = bench_ids(t.n, n_vocab);
-  std::vector<float> logits;
   ex.reset_slot(0);
   const auto t0 = std::chrono::steady_clock::now();
   if (t.prefill) {
-    ex.forward(ids, 0, false, logits);
+    ex.forward_view(ids, 0, false);
   } else {
-    for (int32_t id : ids) ex.forward(std::span<const int32_t>(&id, 1), 0, false, logits);
+    for (int32_t id : ids) ex.forward_view(std::span<const int32_t>(&id, 1), 0, false);
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.dispatches = ex.last_dispatch_count();
@@ -223,10 +222,9 @@ int run_timeline(runtime::Executor& ex, const BenchArgs& a, int64_t n_vocab) {
   const int n = std::max(1, a.n_gen);
   const std::vector<int32_t> ids = bench_ids(kContext + 1 + n, n_vocab);
   const auto one = [&](int i) { return std::span<const int32_t>(&ids[static_cast<size_t>(i)], 1); };
-  std::vector<float> logits;
   ex.reset_slot(0);
-  ex.forward(std::span<const int32_t>(ids.data(), kContext), 0, false, logits);
-  ex.forward(one(kContext), 0, false, logits);
+  ex.forward_view(std::span<const int32_t>(ids.data(), kContext), 0, false);
+  ex.forward_view(one(kContext), 0, false);
   std::vector<std::vector<runtime::StepTime>> tokens;
   for (int i = 0; i < n; ++i) tokens.push_back(ex.timeline(one(kContext + 1 + i), 0));
   const std::vector<runtime::KindTime> kinds = runtime::sum_by_kind(tokens);

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -118,7 +119,7 @@ class Generator {
            exec_.n_past(0) + int64_t(ids.size()), args_.model.n_ctx);
     }
     const auto t0 = std::chrono::steady_clock::now();
-    exec_.forward(ids, 0, false, logits_);
+    logits_ = exec_.forward_view(ids, 0, false);
     stats_.prompt_s += seconds_since(t0);
     stats_.prompt_tokens += int64_t(ids.size());
     for (const int32_t id : ids) sampler_.accept(id);
@@ -139,7 +140,7 @@ class Generator {
     // Logit rows may be padded past the vocabulary; ids beyond it have no text.
     const size_t n_vocab = std::min(logits_.size(), tok_.n_vocab());
     for (int n = 0; args_.n_predict < 0 || n < args_.n_predict; ++n) {
-      const int32_t id = sampler_.sample(std::span<const float>(logits_).first(n_vocab));
+      const int32_t id = sampler_.sample(logits_.first(n_vocab));
       if (tok_.is_eog(id)) break;
       ++stats_.gen_tokens;
       show(stop.push(decoder.push(id)));
@@ -148,7 +149,7 @@ class Generator {
         fmt::print(stderr, "\n[context of {} positions full (-c)]\n", args_.model.n_ctx);
         break;
       }
-      exec_.forward(std::span<const int32_t>(&id, 1), 0, false, logits_);
+      logits_ = exec_.forward_view(std::span<const int32_t>(&id, 1), 0, false);
     }
     show(stop.push(decoder.flush()));
     show(stop.flush());
@@ -163,7 +164,7 @@ class Generator {
   const text::Tokenizer& tok_;
   const RunArgs& args_;
   runtime::Sampler sampler_;
-  std::vector<float> logits_;
+  std::span<const float> logits_;  // the executor's, valid until its next forward
   Stats stats_;
 };
 

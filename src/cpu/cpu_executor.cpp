@@ -84,14 +84,14 @@ void CpuExecutor::round_state(std::vector<float>& state) const {
   }
 }
 
-void CpuExecutor::forward(std::span<const int32_t> ids, int slot, bool all_logits,
-                          std::vector<float>& logits) {
+std::span<const float> CpuExecutor::forward_view(std::span<const int32_t> ids, int slot,
+                                                 bool all_logits) {
   if (ids.empty()) fail("forward: no tokens given");
-  run(program(static_cast<int64_t>(ids.size()), all_logits), ids, slot, logits);
+  return run(program(static_cast<int64_t>(ids.size()), all_logits), ids, slot);
 }
 
-void CpuExecutor::run(const model::Program& p, std::span<const int32_t> ids, int slot,
-                      std::vector<float>& logits) {
+std::span<const float> CpuExecutor::run(const model::Program& p, std::span<const int32_t> ids,
+                                        int slot) {
   if (static_cast<int64_t>(ids.size()) != p.n_tokens) {
     fail("program built for {} tokens run with {}", p.n_tokens, ids.size());
   }
@@ -111,8 +111,7 @@ void CpuExecutor::run(const model::Program& p, std::span<const int32_t> ids, int
     last_count_.add(st.op, st.op == Op::Null ? 0 : 1);
   }
   s.n_past += p.n_tokens;
-  const std::vector<float>& out = buffers_[static_cast<size_t>(p.logits)];
-  logits.assign(out.begin(), out.end());
+  return buffers_[static_cast<size_t>(p.logits)];
 }
 
 Rows CpuExecutor::view(const model::Program& p, const model::View& v) {

@@ -27,19 +27,18 @@ class CpuExecutor : public runtime::Executor {
   CpuExecutor(const model::Model& model, const runtime::ExecutorOptions& opts);
 
   std::string name() const override { return "cpu"; }
-  void forward(std::span<const int32_t> ids, int slot, bool all_logits,
-               std::vector<float>& logits) override;
+  std::span<const float> forward_view(std::span<const int32_t> ids, int slot,
+                                      bool all_logits) override;
   int64_t n_past(int slot) const override { return slot_at(slot).n_past; }
   void reset_slot(int slot) override;
   void copy_slot(int src, int dst) override;
   void set_rungs(model::Rungs rungs) override;
 
-  // Runs one program directly (tests use this to compare programs).
-  void run(const model::Program& p, std::span<const int32_t> ids, int slot,
-           std::vector<float>& logits);
   const Slot& slot_at(int slot) const;
 
  private:
+  // Runs program p on the slot; returns its logits buffer.
+  std::span<const float> run(const model::Program& p, std::span<const int32_t> ids, int slot);
   void step(const model::Step& s, const model::Program& p, const int32_t* ids, Slot& slot);
   Rows view(const model::Program& p, const model::View& v);
   const model::Program& program(int64_t n_tokens, bool all_logits);

@@ -159,8 +159,8 @@ CudaExecutor::ProgramMem& CudaExecutor::program(int64_t n_tokens, bool all_logit
   return pm;
 }
 
-void CudaExecutor::forward(std::span<const int32_t> ids, int slot, bool all_logits,
-                           std::vector<float>& logits) {
+std::span<const float> CudaExecutor::forward_view(std::span<const int32_t> ids, int slot,
+                                                  bool all_logits) {
   if (ids.empty()) fail("forward: no tokens given");
   slot_at(slot);
   Slot& s = slots_[static_cast<size_t>(slot)];
@@ -178,12 +178,14 @@ void CudaExecutor::forward(std::span<const int32_t> ids, int slot, bool all_logi
     join_all();
   }
   const model::BufferSpec& out = pm.program->buffers[static_cast<size_t>(pm.program->logits)];
-  logits.resize(static_cast<size_t>(out.rows * out.cols));
-  CUDA_CHECK(cudaMemcpyAsync(logits.data(),
+  const size_t n = static_cast<size_t>(out.rows * out.cols);
+  if (logits_host_.bytes() < n * sizeof(float)) logits_host_ = PinnedBuffer(n * sizeof(float));
+  CUDA_CHECK(cudaMemcpyAsync(logits_host_.get(),
                              pm.buffers[static_cast<size_t>(pm.program->logits)].get(),
-                             logits.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+                             n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   s.n_past += T;
+  return {logits_host_.as<const float>(), n};
 }
 
 // The embedding gather (host work) runs first; the rest of the program is replayed from a
@@ -283,8 +285,7 @@ std::vector<runtime::StepTime> CudaExecutor::timeline(std::span<const int32_t> i
   std::vector<uint64_t> t;
   {
     Timeline armed(static_cast<unsigned>(8 * steps.size() + 64));
-    std::vector<float> logits;
-    forward(ids, slot, false, logits);
+    forward_view(ids, slot, false);
     t = armed.stamps();
   }
   // Kernels that stamp: the embedding is a host copy and the null dispatches are plain empty

@@ -27,8 +27,8 @@ class CudaExecutor : public runtime::Executor {
   ~CudaExecutor() override;
 
   std::string name() const override { return "cuda"; }
-  void forward(std::span<const int32_t> ids, int slot, bool all_logits,
-               std::vector<float>& logits) override;
+  std::span<const float> forward_view(std::span<const int32_t> ids, int slot,
+                                      bool all_logits) override;
   int64_t n_past(int slot) const override { return slot_at(slot).n_past; }
   void reset_slot(int slot) override;
   void copy_slot(int src, int dst) override;
@@ -103,6 +103,7 @@ class CudaExecutor : public runtime::Executor {
   std::map<std::tuple<int64_t, bool, model::Rungs, int>, ProgramMem> programs_;
   MatmulWorkspace workspace_;
   std::vector<float> embed_host_;  // embedding rows gathered on the host (see step())
+  PinnedBuffer logits_host_;       // the last forward's logits (forward_view's result)
   std::map<std::tuple<int64_t, bool, int, model::Rungs, int>, Graph> graphs_;
   DeviceBuffer pos_dev_;    // int32 position read by graph-captured kernels
   int32_t pos_host_ = 0;    // its source for the copy before each replay

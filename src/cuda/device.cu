@@ -61,24 +61,46 @@ double measure_copy_bandwidth(cudaStream_t s) {
   return 2.0 * double(bytes) / secs[secs.size() / 2];
 }
 
-DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
-  if (bytes > 0) CUDA_CHECK(cudaMalloc(&ptr_, bytes));
+template <Memory M>
+Buffer<M>::Buffer(size_t bytes) : bytes_(bytes) {
+  if (bytes == 0) return;
+  if constexpr (M == Memory::Device) {
+    CUDA_CHECK(cudaMalloc(&ptr_, bytes));
+  } else {
+    CUDA_CHECK(cudaMallocHost(&ptr_, bytes));
+  }
 }
 
-DeviceBuffer::~DeviceBuffer() {
-  if (ptr_) cudaFree(ptr_);
+template <Memory M>
+void Buffer<M>::release() {
+  if (!ptr_) return;
+  if constexpr (M == Memory::Device) {
+    cudaFree(ptr_);
+  } else {
+    cudaFreeHost(ptr_);
+  }
 }
 
-DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
+template <Memory M>
+Buffer<M>::~Buffer() {
+  release();
+}
+
+template <Memory M>
+Buffer<M>::Buffer(Buffer&& o) noexcept
     : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
 
-DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+template <Memory M>
+Buffer<M>& Buffer<M>::operator=(Buffer&& o) noexcept {
   if (this != &o) {
-    if (ptr_) cudaFree(ptr_);
+    release();
     ptr_ = std::exchange(o.ptr_, nullptr);
     bytes_ = std::exchange(o.bytes_, 0);
   }
   return *this;
 }
+
+template class Buffer<Memory::Device>;
+template class Buffer<Memory::PinnedHost>;
 
 }  // namespace gdn::cuda

@@ -21,16 +21,22 @@ int sm_count();
 // the roofline every speed is reported against.
 double measure_copy_bandwidth(cudaStream_t s);
 
-// Owned device allocation (cudaMalloc), moved never copied.
-class DeviceBuffer {
+// Where an owned allocation lives: device memory (cudaMalloc) or pinned host memory
+// (cudaMallocHost: device-to-host copies into it run at link speed, with no staging through a
+// driver buffer and no second host copy).
+enum class Memory { Device, PinnedHost };
+
+// Owned allocation, moved never copied.
+template <Memory M>
+class Buffer {
  public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(size_t bytes);
-  ~DeviceBuffer();
-  DeviceBuffer(DeviceBuffer&& o) noexcept;
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  Buffer() = default;
+  explicit Buffer(size_t bytes);
+  ~Buffer();
+  Buffer(Buffer&& o) noexcept;
+  Buffer& operator=(Buffer&& o) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
 
   void* get() const { return ptr_; }
   template <typename T>
@@ -40,8 +46,11 @@ class DeviceBuffer {
   size_t bytes() const { return bytes_; }
 
  private:
+  void release();
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
 };
+using DeviceBuffer = Buffer<Memory::Device>;
+using PinnedBuffer = Buffer<Memory::PinnedHost>;
 
 }  // namespace gdn::cuda

@@ -53,9 +53,18 @@ class Executor {
   virtual std::string name() const = 0;
 
   // Feeds `ids` (one pass: prefill when several, decode when one) at the slot's next
-  // positions. Writes logits for every id (all_logits) or for the last only, row-major.
-  virtual void forward(std::span<const int32_t> ids, int slot, bool all_logits,
-                       std::vector<float>& logits) = 0;
+  // positions. Returns logits for every id (all_logits) or for the last only, row-major, in
+  // memory the executor owns: valid until its next forward. Decode loops read them there (the
+  // CUDA backend copies them once, into pinned memory; a second copy into a caller's vector
+  // cost ~3% of tg128 on the H200: bench/RESULTS.md).
+  virtual std::span<const float> forward_view(std::span<const int32_t> ids, int slot,
+                                              bool all_logits) = 0;
+  // forward_view, the logits copied into `logits` (for callers that keep them).
+  void forward(std::span<const int32_t> ids, int slot, bool all_logits,
+               std::vector<float>& logits) {
+    const std::span<const float> v = forward_view(ids, slot, all_logits);
+    logits.assign(v.begin(), v.end());
+  }
   virtual int64_t n_past(int slot) const = 0;
   virtual void reset_slot(int slot) = 0;
   // Snapshot/rollback: slot dst becomes an exact copy of slot src.

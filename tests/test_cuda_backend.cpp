@@ -15,6 +15,7 @@
 #include "cuda/device.h"
 #include "cuda/op_check.h"
 #include "cuda/timeline.h"
+#include "executor_checks.h"
 #include "hf_fixture.h"
 #include "model/weights.h"
 #include "synth/synth.h"
@@ -180,22 +181,14 @@ TEST(CudaGraphs, ReplayIsBitIdenticalToHostLaunches) {
   EXPECT_EQ(with.last_dispatches(), without.last_dispatches());
 }
 
-// forward_view hands out, from pinned host memory, the logits forward copies (same kernels:
-// bit-identical), and the next forward replaces them.
+// forward_view hands out, from pinned host memory, the logits forward copies (the same
+// kernels: bit-identical).
 TEST(CudaLogits, ViewHoldsWhatForwardCopies) {
   REQUIRE_GPU();
   auto mem = synth::make_in_memory(synth::preset("tiny"), {});
   cuda::CudaExecutor copied(mem->model, kOpts), viewed(mem->model, kOpts);
   const std::vector<int32_t> ids = {3, 1999, 17, 512, 4};
-  std::vector<float> all, last;
-  copied.forward(ids, 0, true, all);
-  std::span<const float> v = viewed.forward_view(ids, 0, true);
-  EXPECT_TRUE(std::equal(v.begin(), v.end(), all.begin(), all.end()));
-  const int32_t next = 42;
-  copied.forward(std::span<const int32_t>(&next, 1), 0, false, last);
-  v = viewed.forward_view(std::span<const int32_t>(&next, 1), 0, false);
-  ASSERT_EQ(v.size(), size_t(mem->model.hp.n_vocab));
-  EXPECT_TRUE(std::equal(v.begin(), v.end(), last.begin(), last.end()));
+  expect_view_holds_what_forward_copies(copied, viewed, ids, mem->model.hp.n_vocab);
 }
 
 // Pinned host memory takes a device-to-host copy, and moving it hands the allocation over.

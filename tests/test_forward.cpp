@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "cpu/cpu_executor.h"
+#include "executor_checks.h"
 #include "model/program.h"
 #include "synth/synth.h"
 
@@ -67,21 +68,12 @@ TEST_P(Forward, LastLogitsOnlyMatchesLastRow) {
   EXPECT_TRUE(std::equal(last.begin(), last.end(), all.end() - V));
 }
 
-// forward_view hands out the logits that forward copies, in the executor's memory (every id's
-// or the last id's), and the next forward replaces them.
+// forward_view hands out, from the executor's buffers, the logits forward copies.
 TEST_P(Forward, ViewHoldsWhatForwardCopies) {
   auto m = tiny(GetParam());
   const runtime::ExecutorOptions opts{.n_slots = 1, .n_ctx = 64, .n_threads = 2};
   cpu::CpuExecutor copied(m->model, opts), viewed(m->model, opts);
-  std::vector<float> all, last;
-  copied.forward(kIds, 0, true, all);
-  std::span<const float> v = viewed.forward_view(kIds, 0, true);
-  EXPECT_TRUE(std::equal(v.begin(), v.end(), all.begin(), all.end()));
-  const int32_t next = 42;
-  copied.forward(std::span<const int32_t>(&next, 1), 0, false, last);
-  v = viewed.forward_view(std::span<const int32_t>(&next, 1), 0, false);
-  ASSERT_EQ(v.size(), size_t(m->model.hp.n_vocab));
-  EXPECT_TRUE(std::equal(v.begin(), v.end(), last.begin(), last.end()));
+  testing::expect_view_holds_what_forward_copies(copied, viewed, kIds, m->model.hp.n_vocab);
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, Forward,

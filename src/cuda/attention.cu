@@ -46,6 +46,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <utility>
 
 #include "cuda/kernel_util.cuh"
@@ -226,6 +227,7 @@ struct AttnArgs {
   int64_t pos0;
   const int32_t* pos_dev;  // if set, the position is read here at run time (graphs)
   float scale;             // 1/√D
+  bool prefetch_kv;        // probe GDN_EXP_ATTN_PREFETCH
 };
 
 // Merges n partial softmax states (m_i, l_i, o_i): with M = max m_i (finite: some part holds
@@ -253,7 +255,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a) {
   __shared__ float s_m[kAttnWarps], s_l[kAttnWarps], s_o[kAttnWarps][32 * kDims];
   __shared__ float c_m, c_l, c_o[32 * kDims];  // this CTA's merged partial
 
-  detail::pdl_enter();
+  detail::pdl_launch_dependents();
   const cg::cluster_group cluster = cg::this_cluster();
   const int n_split = static_cast<int>(cluster.num_blocks());
   const int rank = static_cast<int>(cluster.block_rank());
@@ -262,7 +264,22 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a) {
   const int h = static_cast<int>(pair % a.n_head), kvh = h / a.group;
   const int D = a.head_dim;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  // The position is settled before the wait: the host copies it before the graph starts.
   const int64_t n_kv = (a.pos_dev ? *a.pos_dev : a.pos0) + t + 1;  // causal: 0 .. pos0 + t
+  const float* kb = a.k_cache + int64_t(kvh) * D;
+  const float* vb = a.v_cache + int64_t(kvh) * D;
+  const int64_t step = int64_t(n_split) * kAttnWarps * kBatch;
+  const int64_t s_first = (int64_t(rank) * kAttnWarps + warp) * kBatch;
+  if (a.prefetch_kv) {
+    // Lane 8j + 2b + kind asks L2 for the K (kind 0) or V row of key b of the warp's batch j:
+    // its first four batches, before the wait. This step's own rows (written by attn_prep)
+    // may be asked for early; L2 is where their writes land, so the hint stays harmless.
+    const int64_t s = s_first + (lane >> 3) * step + ((lane >> 1) & 3);
+    if (s < n_kv) {
+      detail::prefetch_l2((lane & 1 ? vb : kb) + s * a.kv_dim, uint32_t(D) * sizeof(float));
+    }
+  }
+  detail::pdl_wait();
 
   const float* qh = row_ptr(a.q, t) + int64_t(h) * D;
   float qr[kDims], o[kDims];
@@ -272,12 +289,9 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a) {
     qr[m] = i < D ? qh[i] : 0.0f;
     o[m] = 0.0f;
   }
-  const float* kb = a.k_cache + int64_t(kvh) * D;
-  const float* vb = a.v_cache + int64_t(kvh) * D;
 
   float m_run = -INFINITY, l_run = 0.0f;
-  const int64_t step = int64_t(n_split) * kAttnWarps * kBatch;
-  for (int64_t s0 = (int64_t(rank) * kAttnWarps + warp) * kBatch; s0 < n_kv; s0 += step) {
+  for (int64_t s0 = s_first; s0 < n_kv; s0 += step) {
     float sc[kBatch], vv[kBatch][kDims];
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
@@ -449,7 +463,8 @@ void attention(DevRows q, const float* k_cache, const float* v_cache, DevRows ou
                    static_cast<int>(n_head_kv * head_dim),
                    pos0,
                    pos.device,
-                   static_cast<float>(1.0 / std::sqrt(double(head_dim)))};
+                   static_cast<float>(1.0 / std::sqrt(double(head_dim))),
+                   head_dim % 4 == 0 && std::getenv("GDN_EXP_ATTN_PREFETCH") != nullptr};
   // The key split: doubled while the grid is under two CTAs per SM and every CTA keeps at
   // least kMinSplitKeys of the longest row's keys.
   const int64_t pairs = q.rows * n_head, max_kv = pos.plan() + q.rows;

@@ -78,6 +78,15 @@ __device__ __forceinline__ void pdl_launch_dependents() {
   asm volatile("griddepcontrol.launch_dependents;");
 }
 
+// Asks the memory system to bring [p, p + bytes) into L2 (sm_90 bulk prefetch: one instruction
+// for a contiguous range, no registers, no completion to wait for). p 16-byte aligned, bytes a
+// multiple of 16. A hint: correctness never depends on it.
+__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
+  if (bytes > 0) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+  }
+}
+
 // The first statement of every kernel launched through launch(): lets the next kernel in the
 // stream start its own CTAs (they wait in their own pdl_enter), then waits until the previous
 // kernel has finished and its writes are visible. Nothing a kernel does before it may read

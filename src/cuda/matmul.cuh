@@ -61,15 +61,6 @@ __device__ __forceinline__ void cluster_wait() {
   asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
 }
 
-// Asks the memory system to bring [p, p + bytes) into L2 (sm_90 bulk prefetch: one instruction
-// for a contiguous range, no registers, no completion to wait for). p 16-byte aligned, bytes a
-// multiple of 16. A hint: correctness never depends on it.
-__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
-  if (bytes > 0) {
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-  }
-}
-
 // n / d for 0 <= n < 2^31 by a multiply-high and a shift (d fixed per launch, set on the host):
 // the per-element head index of a prologue without an integer division.
 struct FastDiv {
@@ -100,6 +91,7 @@ using detail::launch_clusters;
 using detail::pdl_enter;
 using detail::pdl_launch_dependents;
 using detail::pdl_wait;
+using detail::prefetch_l2;
 
 // The multiprocessors a fused GEMV's persistent grid may spread over: all but those a
 // concurrent launch holds (FusedGemv::spare_sms), at least one.

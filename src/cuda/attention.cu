@@ -46,7 +46,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <utility>
 
 #include "cuda/kernel_util.cuh"
@@ -227,7 +226,6 @@ struct AttnArgs {
   int64_t pos0;
   const int32_t* pos_dev;  // if set, the position is read here at run time (graphs)
   float scale;             // 1/√D
-  bool prefetch_kv;        // probe GDN_EXP_ATTN_PREFETCH
 };
 
 // Merges n partial softmax states (m_i, l_i, o_i): with M = max m_i (finite: some part holds
@@ -270,10 +268,13 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a) {
   const float* vb = a.v_cache + int64_t(kvh) * D;
   const int64_t step = int64_t(n_split) * kAttnWarps * kBatch;
   const int64_t s_first = (int64_t(rank) * kAttnWarps + warp) * kBatch;
-  if (a.prefetch_kv) {
+  static_assert(kBatch == 4, "the prefetch's lanes: 4 batches x 4 keys x (K, V)");
+  if ((D & 3) == 0) {  // rows of whole 16-byte units (the bulk prefetch's grain)
     // Lane 8j + 2b + kind asks L2 for the K (kind 0) or V row of key b of the warp's batch j:
-    // its first four batches, before the wait. This step's own rows (written by attn_prep)
-    // may be asked for early; L2 is where their writes land, so the hint stays harmless.
+    // its first four batches, before the wait (the rows of earlier tokens were evicted by the
+    // ~4 GB of weights since). This step's own rows (written by attn_prep) may be asked for
+    // early: L2 is where their writes land, so the hint stays harmless. Measured (H200,
+    // 2026-12-02, gdn bench --timeline at position 17): the attention step 6.66 -> 5.80 µs.
     const int64_t s = s_first + (lane >> 3) * step + ((lane >> 1) & 3);
     if (s < n_kv) {
       detail::prefetch_l2((lane & 1 ? vb : kb) + s * a.kv_dim, uint32_t(D) * sizeof(float));
@@ -463,8 +464,7 @@ void attention(DevRows q, const float* k_cache, const float* v_cache, DevRows ou
                    static_cast<int>(n_head_kv * head_dim),
                    pos0,
                    pos.device,
-                   static_cast<float>(1.0 / std::sqrt(double(head_dim))),
-                   head_dim % 4 == 0 && std::getenv("GDN_EXP_ATTN_PREFETCH") != nullptr};
+                   static_cast<float>(1.0 / std::sqrt(double(head_dim)))};
   // The key split: doubled while the grid is under two CTAs per SM and every CTA keeps at
   // least kMinSplitKeys of the longest row's keys.
   const int64_t pairs = q.rows * n_head, max_kv = pos.plan() + q.rows;

@@ -50,6 +50,30 @@ TEST(CudaOps, EveryKernelMatchesTheCpuReference) {
   EXPECT_EQ(cuda::opcheck::run("", false, 1), 0);
 }
 
+// A family that throws part-way keeps the results it added and gains one failed result of its
+// first op that names the error, so `gdn ops` goes on (host logic: no GPU needed); a family
+// that does not throw is passed through as it is.
+TEST(CudaOps, AFamilyThatThrowsFailsWithoutStoppingTheRun) {
+  const cuda::opcheck::Family f{"fake", nullptr, {"fake_op", "fake_other"}};
+  cuda::opcheck::Result ok;
+  ok.op = "fake_other";
+  ok.passed = true;
+  const auto got = cuda::opcheck::guarded_results(f, [&](std::vector<cuda::opcheck::Result>& out) {
+    out.push_back(ok);
+    fail("cuda fake: shape {} refused", 3);
+  });
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_TRUE(got[0].passed);
+  EXPECT_FALSE(got[1].passed);
+  EXPECT_EQ(got[1].op, "fake_op");
+  EXPECT_TRUE(cuda::opcheck::declares(f, got[1].op));
+  EXPECT_NE(got[1].detail.find("cuda fake: shape 3 refused"), std::string::npos) << got[1].detail;
+  const auto clean = cuda::opcheck::guarded_results(
+      f, [&](std::vector<cuda::opcheck::Result>& out) { out.push_back(ok); });
+  ASSERT_EQ(clean.size(), 1u);
+  EXPECT_TRUE(clean[0].passed);
+}
+
 // `gdn ops --op F` runs only the families F can select (host logic: no GPU needed); a full run
 // (above) fails any result whose op its family does not declare, so the stems stay true.
 TEST(CudaOps, AFilterRunsOnlyTheFamiliesItCanSelect) {

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <utility>
 
+#include "common/error.h"
 #include "cuda/check.h"
 #include "cuda/device.h"
 #include "cuda/read_ceiling.h"
@@ -107,6 +109,22 @@ Result compare(const std::string& op, const std::string& shape, const std::vecto
   return r;
 }
 
+std::vector<Result> guarded_results(const Family& f,
+                                    const std::function<void(std::vector<Result>&)>& checks) {
+  std::vector<Result> got;
+  try {
+    checks(got);
+  } catch (const Error& e) {
+    Result r;
+    r.op = std::string(f.ops.empty() ? std::string_view(f.name) : f.ops.front());
+    r.shape = fmt::format("family {} after {} results", f.name, got.size());
+    r.error = INFINITY;
+    r.detail = fmt::format("the family stopped: {}", e.what());
+    got.push_back(std::move(r));
+  }
+  return got;
+}
+
 int run(const std::string& filter, bool perf, uint64_t seed) {
   Context ctx(perf, seed);
   fmt::print("device: {}\n", describe_device());
@@ -120,8 +138,8 @@ int run(const std::string& filter, bool perf, uint64_t seed) {
   // select run (a full run takes ~90 s on the H200, most of it in gdn_recurrence's cases).
   for (const Family& f : families()) {
     if (!selects(f, filter)) continue;
-    std::vector<Result> got;
-    f.run(ctx, got);
+    std::vector<Result> got =
+        guarded_results(f, [&](std::vector<Result>& out) { f.run(ctx, out); });
     for (Result& r : got) {
       if (!declares(f, r.op)) {  // a filter could not select it: say so, as a failure
         r.passed = false;

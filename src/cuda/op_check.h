@@ -86,6 +86,13 @@ bool selects(const Family& f, std::string_view filter);
 // Whether f declares op: one of its stems is a prefix of op.
 bool declares(const Family& f, std::string_view op);
 
+// The results family f's checks add when `checks` runs them (f.run on a context). A gdn::Error
+// thrown part-way (a case the kernels refuse, a broken launch) becomes one more, failed, result
+// of f's first op that names the error: `gdn ops` reports it and goes on with the next family,
+// where it used to stop the whole run and leave those families unchecked.
+std::vector<Result> guarded_results(const Family& f,
+                                    const std::function<void(std::vector<Result>&)>& checks);
+
 // Runs the families `filter` selects (empty: all), keeps the results whose op starts with it
 // (or every result of a family it names), prints per case and a per-op "N/N passed" summary;
 // with perf, µs, GB/s, % of copy bandwidth and % of the same-size read ceiling. Returns the

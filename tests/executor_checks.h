@@ -1,9 +1,6 @@
-// Checks every backend's executor must pass, shared by the CPU and CUDA test suites.
+// Checks shared by the CPU and CUDA executor test suites.
 #pragma once
 
-#include <gtest/gtest.h>
-
-#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -12,20 +9,21 @@
 
 namespace gdn::testing {
 
-// forward_view hands out the logits forward copies (every id's, then one more token's), and
-// the next forward replaces them. `copied` and `viewed` run the same model from empty slots 0.
-inline void expect_view_holds_what_forward_copies(runtime::Executor& copied,
-                                                  runtime::Executor& viewed,
-                                                  std::span<const int32_t> ids, int64_t n_vocab) {
-  std::vector<float> all, last;
-  copied.forward(ids, 0, true, all);
-  std::span<const float> v = viewed.forward_view(ids, 0, true);
-  EXPECT_TRUE(std::equal(v.begin(), v.end(), all.begin(), all.end()));
-  const int32_t next = 42;
-  copied.forward(std::span<const int32_t>(&next, 1), 0, false, last);
-  v = viewed.forward_view(std::span<const int32_t>(&next, 1), 0, false);
-  ASSERT_EQ(v.size(), size_t(n_vocab));
-  EXPECT_TRUE(std::equal(v.begin(), v.end(), last.begin(), last.end()));
+// The logits of three forwards read through forward_view, each copied out before the next
+// forward: ids but the last, last token only, on slot 1 (a small buffer); all of ids, every
+// token, on slot 0 (the buffer grows); then `next`, last token only, on slot 0 (it shrinks).
+// Both slots are reset first.
+inline std::vector<std::vector<float>> views_through_growth(runtime::Executor& ex,
+                                                            std::span<const int32_t> ids,
+                                                            int32_t next) {
+  ex.reset_slot(0);
+  ex.reset_slot(1);
+  std::vector<std::vector<float>> out;
+  const auto keep = [&](std::span<const float> v) { out.emplace_back(v.begin(), v.end()); };
+  keep(ex.forward_view(ids.first(ids.size() - 1), 1, false));
+  keep(ex.forward_view(ids, 0, true));
+  keep(ex.forward_view(std::span<const int32_t>(&next, 1), 0, false));
+  return out;
 }
 
 }  // namespace gdn::testing

@@ -38,6 +38,7 @@
 #include "cuda/device.h"
 #include "cuda/matmul.cuh"
 #include "cuda/read_ceiling.h"
+#include "lab_main.h"
 #include "quant/quant.h"
 
 namespace gdn::cuda {
@@ -467,10 +468,5 @@ int run() {
 }  // namespace gdn::cuda
 
 int main() {
-  try {
-    return gdn::cuda::run();
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "gemv_lab: {}\n", e.what());
-    return 2;
-  }
+  return gdn::bench::lab_main("gemv_lab", gdn::cuda::run);
 }

@@ -43,6 +43,7 @@
 #include "cuda/device.h"
 #include "cuda/kernel_util.cuh"
 #include "cuda/read_ceiling.h"
+#include "lab_main.h"
 
 namespace gdn::cuda {
 namespace {
@@ -320,10 +321,5 @@ int run() {
 }  // namespace gdn::cuda
 
 int main() {
-  try {
-    return gdn::cuda::run();
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "sync_lab: {}\n", e.what());
-    return 2;
-  }
+  return gdn::bench::lab_main("sync_lab", gdn::cuda::run);
 }

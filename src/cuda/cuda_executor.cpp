@@ -1,6 +1,7 @@
 #include "cuda/cuda_executor.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "common/error.h"
 #include "cuda/check.h"
@@ -21,6 +22,11 @@ CudaExecutor::CudaExecutor(const model::Model& model, const runtime::ExecutorOpt
   CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
   pos_dev_ = DeviceBuffer(sizeof(int32_t));
   upload_weights();
+  if (std::getenv("GDN_EXP_OWNED_CODES")) {  // allocated here: no allocation during capture
+    const size_t blocks = size_t((max_n_in_ + 511) / 512 * 4);
+    codes_act_ = DeviceBuffer(blocks * 32 * sizeof(uint32_t));
+    codes_meta_ = DeviceBuffer(blocks * 2 * sizeof(uint32_t));
+  }
   slots_.resize(static_cast<size_t>(opts.n_slots));
   for (int s = 0; s < opts.n_slots; ++s) reset_slot(s);
 }
@@ -540,6 +546,13 @@ int CudaExecutor::fused_matmul(const model::Step& s, ProgramMem& pm, Slot& slot)
   }
   const size_t main =
       static_cast<size_t>(std::max_element(rows.begin(), rows.end()) - rows.begin());
+  if (codes_next_ == &s) {
+    families[main].codes_act = codes_act_.as<uint32_t>();
+    families[main].codes_meta = codes_meta_.get();
+    families[main].codes_in_blocks = codes_next_blocks_;
+    codes_next_ = nullptr;
+  }
+  if (families.size() == 1) link_codes(s, pm, families[main]);
   if (families.size() > 1) {
     fork_side();
     for (size_t i = 0; i < families.size(); ++i) {
@@ -552,6 +565,32 @@ int CudaExecutor::fused_matmul(const model::Step& s, ProgramMem& pm, Slot& slot)
   }
   matmul_fused(families[main], stream_);
   return static_cast<int>(families.size());
+}
+
+// EXPERIMENT (GDN_EXP_OWNED_CODES): when s is a Q1_0 gate+up GEMV whose CTAs can own whole
+// blocks of its output and the next step a Q1_0 GEMV of exactly that output with no prologue
+// (ffn_down), s also writes those blocks' activation codes and the next step copies them.
+void CudaExecutor::link_codes(const model::Step& s, ProgramMem& pm, FusedGemv& f) {
+  if (!codes_act_.get() || s.epilogue != model::Epilogue::SiluMulPair) return;
+  const std::vector<model::Step>& steps = pm.program->steps;
+  const size_t at = static_cast<size_t>(&s - steps.data());
+  if (at + 1 >= steps.size()) return;
+  const model::Step& next = steps[at + 1];
+  if (next.op != Op::MatMulFused || next.prologue != model::Prologue::None || next.n_mats() != 1) {
+    return;
+  }
+  const model::View& x = next.in[0];
+  const model::View& y = s.mouts[0];
+  if (x.buf != y.buf || x.col != y.col || x.width != y.width) return;
+  const GpuMatrix& w = matrix(next.mats[0]);
+  if (w.type != quant::Type::Q1_0 || w.f32_activations) return;
+  const int blocks = q1_codes_out_blocks(f);
+  if (blocks == 0) return;
+  f.codes_act = codes_act_.as<uint32_t>();
+  f.codes_meta = codes_meta_.get();
+  f.codes_out = true;
+  codes_next_ = &next;
+  codes_next_blocks_ = blocks;
 }
 
 namespace {

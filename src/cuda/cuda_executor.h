@@ -104,6 +104,12 @@ class CudaExecutor : public runtime::Executor {
   MatmulWorkspace workspace_;
   std::vector<float> embed_host_;  // embedding rows gathered on the host (see step())
   PinnedBuffer logits_host_;       // the last forward's logits (forward_view's result)
+  // EXPERIMENT (GDN_EXP_OWNED_CODES): the activation codes a gate+up GEMV writes for the
+  // ffn_down after it (FusedGemv::codes_out), that ffn_down step and its blocks of codes.
+  DeviceBuffer codes_act_, codes_meta_;
+  const model::Step* codes_next_ = nullptr;
+  int codes_next_blocks_ = 0;
+  void link_codes(const model::Step& s, ProgramMem& pm, FusedGemv& f);
   std::map<std::tuple<int64_t, bool, int, model::Rungs, int>, Graph> graphs_;
   DeviceBuffer pos_dev_;    // int32 position read by graph-captured kernels
   int32_t pos_host_ = 0;    // its source for the copy before each replay

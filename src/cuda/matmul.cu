@@ -360,6 +360,12 @@ int fused_family(quant::Type t) {
   return static_cast<int>(t);
 }
 
+int q1_codes_out_blocks(const FusedGemv& f) {
+  check_fused(f);
+  if (f.w[0]->type != quant::Type::Q1_0 || f.w[0]->f32_activations) return 0;
+  return mm::codes_out_blocks_q1_0(f, mm::q1_default_options(f.w[0]->n_in, 0));
+}
+
 unsigned matmul_fused(const FusedGemv& f, cudaStream_t s) {
   check_fused(f);
   switch (f.w[0]->type) {

@@ -51,6 +51,10 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
 __device__ __forceinline__ void bar_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
+// Arrives at barrier `id` without waiting: the warps that only produce for a bar_sync caller.
+__device__ __forceinline__ void bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
 
 // A CTA may touch another's shared memory in its cluster only once that CTA has started: every
 // CTA arrives at entry and waits before its first remote access (by then the wait is free).
@@ -517,9 +521,9 @@ __device__ __forceinline__ float4 stage_value(const PrologueArgs& p, int i, cons
 constexpr int kStageBatch = 4;
 template <Prologue P, bool kVec, class Store>
 __device__ __forceinline__ void stage_pass(const PrologueArgs& p, int n_stage, const float* scales,
-                                           const Store& store) {
+                                           const Store& store, int first4) {
   const int n4 = n_stage / 4;
-  for (int f0 = threadIdx.x; f0 < n4; f0 += kStageBatch * blockDim.x) {
+  for (int f0 = first4 + threadIdx.x; f0 < n4; f0 += kStageBatch * blockDim.x) {
     float4 out[kStageBatch];
 #pragma unroll
     for (int b = 0; b < kStageBatch; ++b) {
@@ -535,27 +539,29 @@ __device__ __forceinline__ void stage_pass(const PrologueArgs& p, int n_stage, c
 
 template <Prologue P, class Store>
 __device__ __forceinline__ void stage_as(const PrologueArgs& p, int n_stage, const float* scales,
-                                         const Store& store) {
-  return p.vec ? stage_pass<P, true>(p, n_stage, scales, store)
-               : stage_pass<P, false>(p, n_stage, scales, store);
+                                         const Store& store, int first4) {
+  return p.vec ? stage_pass<P, true>(p, n_stage, scales, store, first4)
+               : stage_pass<P, false>(p, n_stage, scales, store, first4);
 }
 
+// Float4s [first4, n_stage / 4) of p(x) (first4 > 0: the rest came as codes).
 template <class Store>
 __device__ __forceinline__ void prologue_stage(const PrologueArgs& p, int n_stage,
-                                               const float* scales, const Store& store) {
+                                               const float* scales, const Store& store,
+                                               int first4 = 0) {
   switch (p.kind) {
     case Prologue::None:
-      return stage_as<Prologue::None>(p, n_stage, scales, store);
+      return stage_as<Prologue::None>(p, n_stage, scales, store, first4);
     case Prologue::RmsNorm:
-      return stage_as<Prologue::RmsNorm>(p, n_stage, scales, store);
+      return stage_as<Prologue::RmsNorm>(p, n_stage, scales, store, first4);
     case Prologue::HeadRmsNormSiluGate:
-      return stage_as<Prologue::HeadRmsNormSiluGate>(p, n_stage, scales, store);
+      return stage_as<Prologue::HeadRmsNormSiluGate>(p, n_stage, scales, store, first4);
     case Prologue::SigmoidGate:
-      return stage_as<Prologue::SigmoidGate>(p, n_stage, scales, store);
+      return stage_as<Prologue::SigmoidGate>(p, n_stage, scales, store, first4);
     case Prologue::HeadRmsNormMulGate:
-      return stage_as<Prologue::HeadRmsNormMulGate>(p, n_stage, scales, store);
+      return stage_as<Prologue::HeadRmsNormMulGate>(p, n_stage, scales, store, first4);
     case Prologue::MulGate:
-      return stage_as<Prologue::MulGate>(p, n_stage, scales, store);
+      return stage_as<Prologue::MulGate>(p, n_stage, scales, store, first4);
   }
 }
 
@@ -626,27 +632,21 @@ __device__ __forceinline__ ConvTaps conv_taps_arrived(const float* src, int conv
 }
 
 // The epilogue of one output row of matrix m: s0 = W_m·p(x), s1 = W_1·p(x) for a pair; taps:
-// the row's conv taps (ConvSilu, m = 0; else unused).
+// the row's conv taps (ConvSilu, m = 0; else unused). Returns the value stored in y[m][row].
 // The expressions are elementwise.cu's functors: AddOp `y + x` (y the residual), SiluMulOp
 // `x * silu(g)` with x = up (W_1) and g = gate (W_0); ConvSilu is conv.cu's decode step with
 // SiLU (conv::channel_sum, then the history shifted into the state).
-__device__ __forceinline__ void epilogue_store(const EpilogueArgs& e, int m, int64_t row, float s0,
-                                               float s1, const ConvTaps& taps) {
+__device__ __forceinline__ float epilogue_store(const EpilogueArgs& e, int m, int64_t row, float s0,
+                                                float s1, const ConvTaps& taps) {
   switch (e.kind) {
     case Epilogue::Store:
-      e.y[m][row] = m == e.silu_mat ? detail::silu(s0) : s0;
-      return;
+      return e.y[m][row] = m == e.silu_mat ? detail::silu(s0) : s0;
     case Epilogue::AddInto:
-      e.y[0][row] = e.y[0][row] + s0;
-      return;
+      return e.y[0][row] = e.y[0][row] + s0;
     case Epilogue::SiluMulPair:
-      e.y[0][row] = s1 * detail::silu(s0);
-      return;
+      return e.y[0][row] = s1 * detail::silu(s0);
     case Epilogue::ConvSilu: {
-      if (m != 0) {
-        e.y[m][row] = m == e.silu_mat ? detail::silu(s0) : s0;
-        return;
-      }
+      if (m != 0) return e.y[m][row] = m == e.silu_mat ? detail::silu(s0) : s0;
       const int hist = e.conv_kernel - 1;
       float wh[model::kMaxFusedConvKernel - 1];
 #pragma unroll
@@ -654,16 +654,17 @@ __device__ __forceinline__ void epilogue_store(const EpilogueArgs& e, int m, int
       float w_cur = taps.w[0];
 #pragma unroll
       for (int j = 1; j < model::kMaxFusedConvKernel; ++j) w_cur = j == hist ? taps.w[j] : w_cur;
-      e.y[0][row] = detail::silu(conv::channel_sum(w_cur, s0, wh, taps.h, hist));
+      const float y = e.y[0][row] = detail::silu(conv::channel_sum(w_cur, s0, wh, taps.h, hist));
 #pragma unroll
       for (int j = 0; j < model::kMaxFusedConvKernel - 1; ++j) {
         if (j < hist) {
           e.conv_state[j * int64_t(e.channels) + row] = j + 1 < hist ? taps.h[j + 1] : s0;
         }
       }
-      return;
+      return y;
     }
   }
+  return 0.0f;
 }
 
 // Host side of a fused launch (matmul.cu): the prologue's arguments for this FusedGemv (validated
@@ -924,5 +925,6 @@ unsigned matmul_fused_q1_0_f32act(const FusedGemv& f, cudaStream_t s);
 // The fused decode GEMV of Q1_0 matrices (f validated by matmul_fused) with options o (variant
 // kBmma2 or kBmma4; matmul_fused passes q1_default_options(n_in, 0)).
 unsigned matmul_fused_q1_0(const FusedGemv& f, const Q1Options& o, cudaStream_t s);
+int codes_out_blocks_q1_0(const FusedGemv& f, const Q1Options& o);  // q1_codes_out_blocks
 
 }  // namespace gdn::cuda::mm

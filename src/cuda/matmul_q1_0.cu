@@ -707,6 +707,15 @@ struct Q1GemvArgs {
   int slices, chunks, teams, n_slots;
   int off_act, off_meta, off_sums, off_red, off_taps;  // bytes into the dynamic shared memory
   uint64_t* trace;  // the lab's timeline (q1_0_gemv_traced: the kTraced kernel), else null
+  // EXPERIMENT (FusedGemv::codes_out / codes_in). Out: CTA c's first own_rounds slots per
+  // team are the row tiles of its own 128-row blocks [c * own_blocks, (c + 1) * own_blocks),
+  // whose codes it writes; in: the codes of x's first blocks_in blocks.
+  uint32_t* act_out;
+  ActMeta* meta_out;
+  int own_blocks, own_rounds;
+  const uint32_t* act_in;
+  const ActMeta* meta_in;
+  int blocks_in;
   EpilogueArgs epi;
   PrologueArgs pro;
 };
@@ -733,9 +742,15 @@ constexpr int kTraceSlotCount = (kGemvTraceEvents - 1 - kTraceSlots) / kTraceSlo
 // issue (ncu, H200), where each step used to compute sub / chunks, sub % chunks and the slot's
 // matrix afresh (4 integer divisions in the SASS). Its share of the gain was not isolated: with
 // the eighth-block quantiser, a slot went from ~1.5 to ~1.3 us.
+// EXPERIMENT (codes out): the named barrier of a CTA's hand-off (teams use 1..teams), and the
+// row tiles of a 128-row block.
+constexpr int kCodesBarrier = 15;
+constexpr int kTilesPerBlock = kBlock / kTileRows;
+
 struct GemvStep {
   int slot, ms, c;
   int m, tile;
+  int round;  // the team's slots before this one
 };
 
 // One thread's view of a one-launch GEMV CTA: the prologue, the per-slot product, reduction
@@ -805,9 +820,12 @@ struct GemvCta {
     if (slots_done < kTraceSlotCount) stamp(kTraceSlots + kTraceSlotEvents * slots_done + e);
   }
 
+  // EXPERIMENT (codes out): the first row tile of this CTA's own blocks.
+  __device__ int own_tile0() const { return static_cast<int>(blockIdx.x) * a.own_rounds * a.teams; }
+
   // The first step of this team: its first slot, matrix and tile.
   __device__ GemvStep first_step() const {
-    GemvStep st{static_cast<int>(blockIdx.x) * a.teams + team, 0, 0, 0, 0};
+    GemvStep st{static_cast<int>(blockIdx.x) * a.teams + team, 0, 0, 0, 0, 0};
     locate(st);
     return st;
   }
@@ -821,13 +839,14 @@ struct GemvCta {
     }
     st.ms = 0;
     st.slot += gridDim.x * a.teams;
+    ++st.round;
     locate(st);
   }
   // st.m and st.tile of st.slot (slots only grow along a walk: m never goes back).
   __device__ void locate(GemvStep& st) const {
     if (pair) {
       st.m = st.ms;
-      st.tile = st.slot;
+      st.tile = st.round < a.own_rounds ? own_tile0() + st.round * a.teams + team : st.slot;
       return;
     }
     while (st.m + 1 < kMaxFusedMatrices && st.slot >= a.slot_end[st.m]) ++st.m;
@@ -842,7 +861,14 @@ struct GemvCta {
     const int stride = gridDim.x * a.teams;
     const uint32_t tile_bits = uint32_t(a.n_quads) * 1024u,
                    tile_scales = uint32_t(a.n_quads) * 128u;
-    for (int s0 = blockIdx.x * a.teams; s0 < a.n_slots; s0 += stride) {
+    if (a.own_rounds > 0) {  // pair: the own tiles of both matrices, then the shared rounds
+      for (int m = 0; m < 2; ++m) {
+        const int t0 = own_tile0(), n = a.own_rounds * a.teams;
+        prefetch_l2(a.bits[m] + int64_t(t0) * a.n_quads * 64, uint32_t(n) * tile_bits);
+        prefetch_l2(a.scales[m] + int64_t(t0) * a.n_quads * 8, uint32_t(n) * tile_scales);
+      }
+    }
+    for (int s0 = blockIdx.x * a.teams + a.own_rounds * stride; s0 < a.n_slots; s0 += stride) {
       const int s1 = min(s0 + a.teams, a.n_slots);
       for (int m = 0; m < kMaxFusedMatrices; ++m) {
         const int begin = pair || m == 0 ? 0 : a.slot_end[m - 1];
@@ -883,8 +909,11 @@ struct GemvCta {
   // meta — the same device code, on the same floats, as the two-launch quantise kernel. Every
   // thread of the CTA calls it (barriers).
   __device__ void prologue() {
+    copy_codes_in();
     prologue_scales(a.pro, sums, scales);
-    prologue_stage(a.pro, a.n_stage, scales, [&](int f, float4 v) { stage[stage_pos(f)] = v; });
+    prologue_stage(
+        a.pro, a.n_stage, scales, [&](int f, float4 v) { stage[stage_pos(f)] = v; },
+        a.blocks_in * 32);
     stamp(kTraceStaged);
     __syncthreads();  // p(x) is staged before any eighth reads it
     stamp(kTraceAllStaged);
@@ -894,7 +923,7 @@ struct GemvCta {
     // q+k+v 8.43 -> 7.99 µs, tg128 +0.5%, not the ~3% predicted: the phase is bound by its
     // dependent chain (shuffles, a division, a transpose), and a second chain mostly hides in it.
     const int n_eighths = a.n_blocks * 16;
-    for (int u0 = warp * 32; u0 < n_eighths; u0 += 2 * blockDim.x) {  // warp-uniform
+    for (int u0 = a.blocks_in * 16 + warp * 32; u0 < n_eighths; u0 += 2 * blockDim.x) {
       if (u0 + static_cast<int>(blockDim.x) < n_eighths) {
         quantise_eighths_from<2>(u0, n_eighths);
       } else {
@@ -903,6 +932,40 @@ struct GemvCta {
     }
     stamp(kTraceQuantised);
     __syncthreads();  // act / meta are complete before any warp's product reads them
+  }
+
+  // EXPERIMENT (codes in): the codes of x's first blocks_in blocks, written by the GEMV before
+  // (codes out), copied instead of staged and quantised (the prologue's barrier orders them).
+  __device__ void copy_codes_in() {
+    const uint4* src = reinterpret_cast<const uint4*>(a.act_in);
+    for (int i = threadIdx.x; i < a.blocks_in * 8; i += blockDim.x)
+      reinterpret_cast<uint4*>(act)[i] = __ldcg(src + i);
+    for (int i = threadIdx.x; i < a.blocks_in; i += blockDim.x) {
+      const int2 m = __ldcg(reinterpret_cast<const int2*>(a.meta_in) + i);
+      meta[i] = ActMeta{__int_as_float(m.x), m.y};
+    }
+  }
+
+  // EXPERIMENT (codes out): after its last own slot every warp arrives; warp 0 waits for all,
+  // then quantises the CTA's own blocks from `stage` (the rows' outputs, in the staging
+  // layout) with quantize_eighths, as the consumer's prologue would, into act_out / meta_out.
+  // No GPU-wide round trip: the consumer's pdl_wait orders the codes.
+  __device__ void hand_off_codes() {
+    if (warp != 0) {
+      bar_arrive(kCodesBarrier, blockDim.x);
+      return;
+    }
+    bar_sync(kCodesBarrier, blockDim.x);
+    const int n = a.own_blocks * 16, u_base = static_cast<int>(blockIdx.x) * n;
+    for (int u0 = 0; u0 < n; u0 += 32) {
+      const int uc[1] = {min(u0 + lane, n - 1)};
+      uint32_t words[1][2];
+      float d[1];
+      int sum[1];
+      quantize_eighths<true, 1>(stage, uc, lane, words, d, sum);
+      if (u0 + lane < n)
+        store_eighth(a.act_out, a.meta_out, u_base + u0 + lane, words[0], d[0], sum[0]);
+    }
   }
 
   // Step s on its loaded weights t: dot_chunk / sum_quad_lanes / sum_slices, the two-launch
@@ -944,9 +1007,14 @@ struct GemvCta {
         const float s1 = pair ? sum_slices(base + n_warps * kTileRows, a.slices, kTileRows) : 0.0f;
         const ConvTaps t =
             conv && m == 0 ? conv_taps_arrived(my_taps(), a.epi.conv_kernel) : ConvTaps{};
-        epilogue_store(a.epi, m, row, s0, s1, t);
+        const float y = epilogue_store(a.epi, m, row, s0, s1, t);
+        if (slots_done < a.own_rounds) {  // codes out: the row, in its own block's staging
+          const int e = static_cast<int>(row) - own_tile0() * kTileRows;
+          reinterpret_cast<float*>(stage)[4 * stage_pos(e >> 2) + (e & 3)] = y;
+        }
       }
     }
+    if (slots_done + 1 == a.own_rounds) hand_off_codes();
     stamp_slot(kTraceStored);
     ++slots_done;
     parity ^= 1;
@@ -1169,6 +1237,18 @@ Q1GemvArgs gemv_args(const FusedGemv& f) {
   a.n_slots = slots;
   a.epi = epilogue_args(f);
   a.pro = prologue_args(f);
+  if (f.codes_in_blocks > 0) {
+    if (f.prologue != Prologue::None || !f.codes_act || !f.codes_meta ||
+        int64_t(f.codes_in_blocks) * kBlock > f.w[0]->n_in) {
+      fail(
+          "cuda matmul q1_0 '{}': {} blocks of codes in need prologue none, both code buffers "
+          "and n_in >= {}",
+          f.w[0]->name, f.codes_in_blocks, int64_t(f.codes_in_blocks) * kBlock);
+    }
+    a.act_in = f.codes_act;
+    a.meta_in = static_cast<const ActMeta*>(f.codes_meta);
+    a.blocks_in = f.codes_in_blocks;
+  }
   const Q1Cut cut = q1_cut(kQ, a.n_quads);
   a.slices = cut.slices;
   a.chunks = cut.chunks;
@@ -1223,6 +1303,18 @@ int gemv_teams(int kQ, int slices, int n_slots, int n_sm) {
   return best;
 }
 
+// EXPERIMENT (codes out): whole 128-row blocks of the output per CTA, each CTA the same number
+// (the rest of the rows are shared as before), so that its teams' own slots are whole rounds;
+// 0 where that cannot be.
+int own_blocks(const Q1GemvArgs& a, unsigned grid) {
+  if (a.epi.kind != Epilogue::SiluMulPair || a.n_out[0] % kBlock != 0 || a.teams >= kCodesBarrier) {
+    return 0;
+  }
+  int own = std::min(a.n_out[0] / kBlock / static_cast<int>(grid), a.n_stage / kBlock);
+  while (own > 0 && own * kTilesPerBlock % a.teams != 0) --own;
+  return own;
+}
+
 template <int kQ, bool kTraced = false>
 GemvShape teams_shape(const FusedGemv& f) {
   GemvShape g;
@@ -1238,6 +1330,14 @@ GemvShape teams_shape(const FusedGemv& f) {
   if (per_sm < 1) fail_shape(f, "has no CTA that fits", g.smem);
   g.grid = static_cast<unsigned>(
       std::min<int64_t>(int64_t(per_sm) * n_sm, ceil_div(a.n_slots, a.teams)));
+  if (f.codes_out) {
+    a.own_blocks = own_blocks(a, g.grid);
+    if (a.own_blocks == 0 || !f.codes_act || !f.codes_meta)
+      fail_shape(f, "cannot write codes out (SiluMulPair, whole blocks for every CTA)", g.smem);
+    a.own_rounds = a.own_blocks * kTilesPerBlock / a.teams;
+    a.act_out = f.codes_act;
+    a.meta_out = static_cast<ActMeta*>(f.codes_meta);
+  }
   return g;
 }
 
@@ -1466,6 +1566,12 @@ unsigned matmul_fused_q1_0(const FusedGemv& f, const Q1Options& o, cudaStream_t 
   return run_gemv(f, o, s);
 }
 
+int codes_out_blocks_q1_0(const FusedGemv& f, const Q1Options& o) {
+  if (o.variant != Q1Variant::kBmma2 && o.variant != Q1Variant::kBmma4) return 0;
+  const GemvShape g = o.variant == Q1Variant::kBmma2 ? teams_shape<2>(f) : teams_shape<4>(f);
+  return own_blocks(g.a, g.grid) * static_cast<int>(g.grid);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Q1_0 on f32 activations (GpuMatrix::f32_activations; matrix.h says why it exists): the
 // chunked kernel with one 16-byte chunk per block (its 128 sign bits, file order: bit k of byte
@@ -1502,6 +1608,9 @@ void matmul_q1_0_f32act(const GpuMatrix& w, const float* x, int64_t ldx, float* 
 }
 
 unsigned matmul_fused_q1_0_f32act(const FusedGemv& f, cudaStream_t s) {
+  if (f.codes_out || f.codes_in_blocks > 0) {
+    fail("cuda matmul_fused q1_0 (f32 activations): no codes in or out");
+  }
   return chunked_fused<Q1F32Format>(f, s);
 }
 

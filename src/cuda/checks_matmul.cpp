@@ -681,6 +681,104 @@ void add_fused_checks(Context& ctx, std::vector<Result>& out) {
 }
 
 // Every way matmul_fused must refuse, with its message naming the matrices.
+// The codes hand-off (FusedGemv::codes_out, codes_in_blocks): a gate+up GEMV whose CTAs own
+// whole blocks of its output writes their activation codes, and the ffn_down GEMV after it
+// copies them instead of quantising those blocks. sms: the SMs the producer may use (fewer
+// SMs, more blocks each). Passes when blocks were handed off, the producer's output is bitwise
+// what it is without the hand-off, the consumer's output (with its poisoned padding) bitwise
+// what it is when it quantises everything itself, and one flipped code bit changes that
+// output (the codes are read).
+struct CodesCase {
+  int64_t n_in, n_mid, n_out;
+  int sms;  // 0: all
+};
+
+void run_codes_case(Context& ctx, std::vector<Result>& out, const CodesCase& c) {
+  cudaStream_t s = ctx.stream();
+  std::vector<uint8_t> st;
+  const auto upload = [&](int64_t n_in, int64_t n_out, const char* name) {
+    return upload_matrix(expand(random_matrix(ctx, Type::Q1_0, n_in, n_out), name, st), s);
+  };
+  const GpuMatrix wg = upload(c.n_in, c.n_mid, "gate"), wu = upload(c.n_in, c.n_mid, "up"),
+                  wd = upload(c.n_mid, c.n_out, "down");
+  constexpr int64_t kPad = 3;
+  const std::vector<float> x = ctx.random(static_cast<size_t>(c.n_in));
+  const std::vector<float> norm = ctx.random(static_cast<size_t>(c.n_in), 0.5f, 1.5f);
+  const std::vector<float> residual = ctx.random(static_cast<size_t>(c.n_out));
+  const auto device = [&](const std::vector<float>& v, int64_t n) {
+    DeviceBuffer b(static_cast<size_t>(n) * sizeof(float));
+    CUDA_CHECK(cudaMemsetAsync(b.get(), 0xff, b.bytes(), s));
+    CUDA_CHECK(cudaMemcpyAsync(b.get(), v.data(), v.size() * 4, cudaMemcpyHostToDevice, s));
+    return b;
+  };
+  const DeviceBuffer dx = device(x, c.n_in), dn = device(norm, c.n_in);
+  const int64_t blocks = (c.n_mid + 127) / 128;
+  DeviceBuffer act(static_cast<size_t>(blocks) * 128), meta(static_cast<size_t>(blocks) * 8);
+  CUDA_CHECK(cudaMemsetAsync(act.get(), 0xff, act.bytes(), s));
+  CUDA_CHECK(cudaMemsetAsync(meta.get(), 0xff, meta.bytes(), s));
+
+  FusedGemv up;
+  up.prologue = Prologue::RmsNorm;
+  up.epilogue = Epilogue::SiluMulPair;
+  up.x = dx.as<float>();
+  up.norm = dn.as<float>();
+  up.eps = 1e-6f;
+  up.n = 2;
+  up.w[0] = &wg;
+  up.w[1] = &wu;
+  up.spare_sms = c.sms > 0 ? sm_count() - c.sms : 0;
+  const DeviceBuffer mid_plain = device({}, c.n_mid + kPad), mid = device({}, c.n_mid + kPad);
+  up.y[0] = mid_plain.as<float>();
+  matmul_fused(up, s);
+  up.codes_act = act.as<uint32_t>();
+  up.codes_meta = meta.get();
+  up.codes_out = true;
+  up.y[0] = mid.as<float>();
+  const int nb = q1_codes_out_blocks(up);
+  matmul_fused(up, s);
+
+  FusedGemv down = plain_gemv(wd, mid.as<float>(), nullptr);
+  down.epilogue = Epilogue::AddInto;
+  const auto run_down = [&](int codes_in_blocks) {
+    DeviceBuffer y = device(residual, c.n_out + kPad);
+    down.y[0] = y.as<float>();
+    down.codes_act = act.as<uint32_t>();
+    down.codes_meta = meta.get();
+    down.codes_in_blocks = codes_in_blocks;
+    matmul_fused(down, s);
+    return download(y, static_cast<size_t>(c.n_out + kPad), s);
+  };
+  const std::vector<float> y_plain = run_down(0), y = run_down(nb);
+  uint32_t word = 0;  // one code bit of the last handed-off block flipped
+  uint32_t* flip = act.as<uint32_t>() + int64_t(std::max(nb - 1, 0)) * 32;
+  CUDA_CHECK(cudaMemcpyAsync(&word, flip, 4, cudaMemcpyDeviceToHost, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  word ^= 1u;
+  CUDA_CHECK(cudaMemcpyAsync(flip, &word, 4, cudaMemcpyHostToDevice, s));
+  const std::vector<float> y_flipped = run_down(nb);
+  const auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  const size_t n_mid = static_cast<size_t>(c.n_mid + kPad);
+
+  Result r;
+  r.op = "matmul_fused_q1_0_codes";
+  r.shape = fmt::format("{}->2x{}->{}{}: {} of {} blocks handed off", c.n_in, c.n_mid, c.n_out,
+                        c.sms > 0 ? fmt::format(" on {} SMs", c.sms) : "", nb, blocks);
+  if (nb == 0) {
+    r.detail = "no block handed off";
+  } else if (!same(download(mid, n_mid, s), download(mid_plain, n_mid, s))) {
+    r.detail = "the producer's output changed";
+  } else if (!same(y, y_plain)) {
+    r.detail = "the consumer's output differs from quantising x itself";
+  } else if (same(y_flipped, y_plain)) {
+    r.detail = "a flipped code bit changed nothing: the codes are not read";
+  } else {
+    r.passed = true;
+  }
+  out.push_back(r);
+}
+
 void add_fused_refusals(Context& ctx, std::vector<Result>& out) {
   cudaStream_t s = ctx.stream();
   std::vector<uint8_t> st;
@@ -774,6 +872,34 @@ void add_fused_refusals(Context& ctx, std::vector<Result>& out) {
       broken("conv state overlaps output", [&](FusedGemv& f) { conv(f, y + 4, 4); }),
       broken("null matrix", [&](FusedGemv& f) { f.w[0] = nullptr; }),
       broken("unknown epilogue", [&](FusedGemv& f) { f.epilogue = static_cast<Epilogue>(9); }),
+      broken("codes out of a store",
+             [&](FusedGemv& f) {
+               f.codes_out = true;
+               f.codes_act = reinterpret_cast<uint32_t*>(y2);
+               f.codes_meta = y2 + 512;
+             }),
+      broken("codes out of a 16-row pair, no buffers",
+             [&](FusedGemv& f) {
+               f.epilogue = Epilogue::SiluMulPair;
+               f.n = 2;
+               f.w[1] = &wa;
+               f.codes_out = true;
+             }),
+      broken("codes in with a prologue",
+             [&](FusedGemv& f) {
+               f.prologue = Prologue::RmsNorm;
+               f.norm = x;
+               f.codes_in_blocks = 1;
+               f.codes_act = reinterpret_cast<uint32_t*>(y2);
+               f.codes_meta = y2 + 512;
+             }),
+      broken("codes in without buffers", [&](FusedGemv& f) { f.codes_in_blocks = 1; }),
+      broken("codes in past n_in",
+             [&](FusedGemv& f) {
+               f.codes_in_blocks = 3;
+               f.codes_act = reinterpret_cast<uint32_t*>(y2);
+               f.codes_meta = y2 + 512;
+             }),
   };
   for (const Refusal& rc : cases) {
     Result r;
@@ -834,6 +960,12 @@ void add_matmul_checks(Context& ctx, std::vector<Result>& out) {
 void add_matmul_fused_checks(Context& ctx, std::vector<Result>& out) {
   add_fused_checks(ctx, out);
   add_fused_refusals(ctx, out);
+  // Bonsai-27B's gate+up -> ffn_down (132 of its 136 blocks on the H200's 132 SMs), then
+  // fewer SMs, more blocks each and a shared remainder (8 of 9 on 2 SMs, 9 of 11 on 3).
+  for (const CodesCase& c : {CodesCase{5120, 17408, 5120, 0}, CodesCase{5120, 1152, 200, 2},
+                             CodesCase{6144, 1408, 333, 3}}) {
+    run_codes_case(ctx, out, c);
+  }
 }
 
 }  // namespace

@@ -104,8 +104,8 @@ class CudaExecutor : public runtime::Executor {
   MatmulWorkspace workspace_;
   std::vector<float> embed_host_;  // embedding rows gathered on the host (see step())
   PinnedBuffer logits_host_;       // the last forward's logits (forward_view's result)
-  // EXPERIMENT (GDN_EXP_OWNED_CODES): the activation codes a gate+up GEMV writes for the
-  // ffn_down after it (FusedGemv::codes_out), that ffn_down step and its blocks of codes.
+  // The activation codes a gate+up GEMV writes for the ffn_down after it (link_codes), that
+  // ffn_down step and its blocks of codes.
   DeviceBuffer codes_act_, codes_meta_;
   const model::Step* codes_next_ = nullptr;
   int codes_next_blocks_ = 0;

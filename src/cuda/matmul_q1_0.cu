@@ -707,9 +707,9 @@ struct Q1GemvArgs {
   int slices, chunks, teams, n_slots;
   int off_act, off_meta, off_sums, off_red, off_taps;  // bytes into the dynamic shared memory
   uint64_t* trace;  // the lab's timeline (q1_0_gemv_traced: the kTraced kernel), else null
-  // EXPERIMENT (FusedGemv::codes_out / codes_in). Out: CTA c's first own_rounds slots per
-  // team are the row tiles of its own 128-row blocks [c * own_blocks, (c + 1) * own_blocks),
-  // whose codes it writes; in: the codes of x's first blocks_in blocks.
+  // The codes hand-off (FusedGemv::codes_out / codes_in_blocks). Out: CTA c's first own_rounds
+  // slots per team are the row tiles of its own 128-row blocks [c * own_blocks, (c + 1) *
+  // own_blocks), whose codes it writes; in: the codes of x's first blocks_in blocks.
   uint32_t* act_out;
   ActMeta* meta_out;
   int own_blocks, own_rounds;
@@ -742,7 +742,7 @@ constexpr int kTraceSlotCount = (kGemvTraceEvents - 1 - kTraceSlots) / kTraceSlo
 // issue (ncu, H200), where each step used to compute sub / chunks, sub % chunks and the slot's
 // matrix afresh (4 integer divisions in the SASS). Its share of the gain was not isolated: with
 // the eighth-block quantiser, a slot went from ~1.5 to ~1.3 us.
-// EXPERIMENT (codes out): the named barrier of a CTA's hand-off (teams use 1..teams), and the
+// The codes hand-off: the named barrier of a CTA's hand-off (teams use 1..teams), and the
 // row tiles of a 128-row block.
 constexpr int kCodesBarrier = 15;
 constexpr int kTilesPerBlock = kBlock / kTileRows;
@@ -820,7 +820,7 @@ struct GemvCta {
     if (slots_done < kTraceSlotCount) stamp(kTraceSlots + kTraceSlotEvents * slots_done + e);
   }
 
-  // EXPERIMENT (codes out): the first row tile of this CTA's own blocks.
+  // Codes out: the first row tile of this CTA's own blocks.
   __device__ int own_tile0() const { return static_cast<int>(blockIdx.x) * a.own_rounds * a.teams; }
 
   // The first step of this team: its first slot, matrix and tile.
@@ -934,7 +934,7 @@ struct GemvCta {
     __syncthreads();  // act / meta are complete before any warp's product reads them
   }
 
-  // EXPERIMENT (codes in): the codes of x's first blocks_in blocks, written by the GEMV before
+  // Codes in: the codes of x's first blocks_in blocks, written by the GEMV before
   // (codes out), copied instead of staged and quantised (the prologue's barrier orders them).
   __device__ void copy_codes_in() {
     const uint4* src = reinterpret_cast<const uint4*>(a.act_in);
@@ -946,7 +946,7 @@ struct GemvCta {
     }
   }
 
-  // EXPERIMENT (codes out): after its last own slot every warp arrives; warp 0 waits for all,
+  // Codes out: after its last own slot every warp arrives; warp 0 waits for all,
   // then quantises the CTA's own blocks from `stage` (the rows' outputs, in the staging
   // layout) with quantize_eighths, as the consumer's prologue would, into act_out / meta_out.
   // No GPU-wide round trip: the consumer's pdl_wait orders the codes.
@@ -1303,7 +1303,7 @@ int gemv_teams(int kQ, int slices, int n_slots, int n_sm) {
   return best;
 }
 
-// EXPERIMENT (codes out): whole 128-row blocks of the output per CTA, each CTA the same number
+// Codes out: whole 128-row blocks of the output per CTA, each CTA the same number
 // (the rest of the rows are shared as before), so that its teams' own slots are whole rounds;
 // 0 where that cannot be.
 int own_blocks(const Q1GemvArgs& a, unsigned grid) {

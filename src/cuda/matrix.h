@@ -115,12 +115,12 @@ struct FusedGemv {
   // stream): a persistent grid that took every SM would have CTAs queued behind it. Changes
   // only which CTA computes a row, never the arithmetic.
   int spare_sms = 0;
-  // EXPERIMENT (GDN_EXP_OWNED_CODES). Codes out: a SiluMulPair one-launch Q1_0 GEMV whose
-  // CTAs each own whole 128-row blocks of its output (q1_codes_out_blocks of them, from the
-  // first) also writes those blocks' activation codes in the two-launch workspace layout
-  // (codes_act: [blocks][32] words, codes_meta: [blocks] {d, sum}), quantised inside the CTA
-  // from its own rows. Codes in: a prologue-None one-launch Q1_0 GEMV of that output copies
-  // the codes of x's first codes_in_blocks blocks and quantises only the rest.
+  // Codes out (the executor links gate+up to ffn_down: CudaExecutor::link_codes): a SiluMulPair
+  // one-launch Q1_0 GEMV whose CTAs each own whole 128-row blocks of its output
+  // (q1_codes_out_blocks of them, from the first) also writes those blocks' activation codes in the
+  // two-launch workspace layout (codes_act: [blocks][32] words, codes_meta: [blocks] {d, sum}),
+  // quantised inside the CTA from its own rows. Codes in: a prologue-None one-launch Q1_0 GEMV of
+  // that output copies the codes of x's first codes_in_blocks blocks and quantises only the rest.
   uint32_t* codes_act = nullptr;
   void* codes_meta = nullptr;
   bool codes_out = false;
@@ -144,7 +144,7 @@ int fused_family(quant::Type t);
 // One launch; returns its CTAs. Throws gdn::Error (naming the matrices, types and shapes) for
 // mixed families or n_in, a matrix count the epilogue does not take, or missing operands.
 unsigned matmul_fused(const FusedGemv& f, cudaStream_t s);
-// EXPERIMENT: how many leading 128-row blocks of f's output a launch of f with codes_out
+// How many leading 128-row blocks of f's output a launch of f with codes_out
 // writes the codes of (0: f cannot: not a one-launch Q1_0 SiluMulPair GEMV, or too few rows).
 int q1_codes_out_blocks(const FusedGemv& f);
 

@@ -697,6 +697,20 @@ __global__ void __launch_bounds__(kQuantizeBlocks * 16)
 //    (271.5 vs 272.1: the pairs' scheduling eats the shorter prologue).
 // Seven more registers held across the dots made ptxas spill 12 bytes at its 96 (a slower GEMV
 // everywhere): the conv epilogue's taps travel through shared memory instead.
+//
+// The codes hand-off (FusedGemv::codes_out / codes_in_blocks). ffn_down's CTAs each staged and
+// quantised all 17408 floats of its x (~4 µs of its ~9.7, gemv_lab), the output of the gate+up
+// GEMV before it. Three earlier versions had gate+up quantise each 128-row block once, its
+// last team counting tiles by a fence and a global atomic: ffn_down 9.75 -> 7.94 µs but
+// gate+up 12.98 -> 18.04 (every GPU-wide round trip on a team's critical path). Now CTA c's
+// first slots are the row tiles of whole blocks it owns (GemvCta::locate; the rest of the
+// rows are shared as before, as the last round), so a block is complete inside one CTA: its
+// rows go to `stage` as they are stored, the warps arrive at a named barrier, warp 0
+// quantises them (quantize_eighths, the consumer's own code) and stores the codes; the
+// consumer's pdl_wait orders them, with no fence or atomic. Measured (H200, 2026-12-02,
+// timeline): gate+up 12.90 -> 13.50 µs, ffn_down 9.66 -> 7.63, tg128 +2-3%. Handing the last
+// partial round to one team of each CTA first (team-major slots, so that the quantising warp's
+// team has none) lost 1% alone and gained nothing with the hand-off.
 
 struct Q1GemvArgs {
   const uint4* bits[kMaxFusedMatrices];    // [n_tiles][n_quads][2][32] per matrix

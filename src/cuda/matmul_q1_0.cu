@@ -936,6 +936,7 @@ struct GemvCta {
     // so that no warp spends half its quantising on clamped copies. Measured (H200, 2026-12-01):
     // q+k+v 8.43 -> 7.99 µs, tg128 +0.5%, not the ~3% predicted: the phase is bound by its
     // dependent chain (shuffles, a division, a transpose), and a second chain mostly hides in it.
+    // Warp-uniform loop; the blocks whose codes came in (copy_codes_in) are skipped.
     const int n_eighths = a.n_blocks * 16;
     for (int u0 = a.blocks_in * 16 + warp * 32; u0 < n_eighths; u0 += 2 * blockDim.x) {
       if (u0 + static_cast<int>(blockDim.x) < n_eighths) {

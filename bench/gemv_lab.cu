@@ -11,7 +11,9 @@
 //   mma rates       b1 m16n8k128 and s8 m16n8k32 throughput (every SM full) and, for one warp
 //                    alone, the latency of a dependent mma and its issue interval, in clocks
 //   timeline        per one-launch variant, thread 0 of every CTA stamps globaltimer and
-//                    clock64 at each phase (q1_0_gemv_traced): where a launch's time goes
+//                    clock64 at each phase (q1_0_gemv_traced): where a launch's time goes;
+//                    then the decode step's fused GEMVs (ssm_out, qkv+z, gate+up handing
+//                    codes to ffn_down) with their prologues and epilogues
 //   hot in L2       matmul_fused's GEMV on rotated copies and on one copy (weights in L2):
 //                    how much of its time waits for DRAM
 //
@@ -130,6 +132,24 @@ std::vector<float> reference(const std::vector<uint8_t>& rows, const std::vector
   return y;
 }
 
+GpuMatrix clone(const GpuMatrix& w, cudaStream_t s);
+
+// host (random_q1_0) uploaded, then cloned into `copies` matrices in all.
+std::vector<GpuMatrix> upload_copies(const std::vector<uint8_t>& host, int64_t n_in, int64_t n_out,
+                                     int copies, cudaStream_t s) {
+  model::Matrix view;
+  view.name = fmt::format("{}->{}", n_in, n_out);
+  view.type = quant::Type::Q1_0;
+  view.n_in = n_in;
+  view.n_out = n_out;
+  view.row_bytes = quant::row_bytes(quant::Type::Q1_0, n_in);
+  view.data = host.data();
+  std::vector<GpuMatrix> c;
+  c.push_back(upload_matrix(view, s));
+  while (static_cast<int>(c.size()) < copies) c.push_back(clone(c[0], s));
+  return c;
+}
+
 // A second GpuMatrix with the same contents (device-to-device), for rotation beyond L2.
 GpuMatrix clone(const GpuMatrix& w, cudaStream_t s) {
   GpuMatrix c;
@@ -234,33 +254,36 @@ void print_mma_rates(Timer& timer) {
       one_warp(mma_rate_kernel<false, 1>, 1), one_warp(mma_rate_kernel<false, 8>, 8));
 }
 
+// Launches one-launch GEMV number `copy` (of rotated weight copies) with this trace (null:
+// untraced); returns its grid (mm::q1_0_gemv_traced).
+using TracedLaunch = std::function<unsigned(int copy, uint64_t* trace)>;
+
 // The timeline of two back-to-back one-launch GEMVs A and B (B launched with PDL behind A,
 // both behind an untraced one), on rotated copies: per event, the earliest / median / latest
 // CTA in us from A's first CTA entry. Shows when weights arrive, what the prologue and each
 // slot cost, and how far B overlaps A.
-void print_timeline(const std::vector<GpuMatrix>& copies, const float* x, float* y,
-                    const Variant& v, cudaStream_t s) {
+void print_timeline(const std::string& name, const TracedLaunch& launch, cudaStream_t s) {
   constexpr int kE = mm::kGemvTraceEvents;
   constexpr unsigned kMaxGrid = 1024;                   // CTAs a trace buffer holds (checked below)
   const size_t per_launch = 2 * size_t(kMaxGrid) * kE;  // ns, then clocks
   DeviceBuffer trace(2 * per_launch * sizeof(uint64_t));  // A, B
   CUDA_CHECK(cudaMemsetAsync(trace.get(), 0, trace.bytes(), s));
   // The grid, from an untraced launch, before any trace is written.
-  const unsigned grid = mm::q1_0_gemv_traced(copies[0], x, y, v.o, nullptr, s);
+  const unsigned grid = launch(0, nullptr);
   if (grid > kMaxGrid) {
-    fmt::print("  timeline {}: {} CTAs exceed the trace buffer's {}, skipped\n", v.name, grid,
+    fmt::print("  timeline {}: {} CTAs exceed the trace buffer's {}, skipped\n", name, grid,
                kMaxGrid);
     return;
   }
-  mm::q1_0_gemv_traced(copies[1 % copies.size()], x, y, v.o, trace.as<uint64_t>(), s);
-  mm::q1_0_gemv_traced(copies[2 % copies.size()], x, y, v.o, trace.as<uint64_t>() + per_launch, s);
+  launch(1, trace.as<uint64_t>());
+  launch(2, trace.as<uint64_t>() + per_launch);
   std::vector<uint64_t> t(2 * per_launch);
   CUDA_CHECK(cudaMemcpyAsync(t.data(), trace.get(), trace.bytes(), cudaMemcpyDeviceToHost, s));
   CUDA_CHECK(cudaStreamSynchronize(s));
   uint64_t t0 = UINT64_MAX;
   for (unsigned c = 0; c < grid; ++c) t0 = std::min(t0, t[c * kE] ? t[c * kE] : UINT64_MAX);
   fmt::print("  timeline {} ({} CTAs; us from A's first entry: min / median / max over CTAs)\n",
-             v.name, grid);
+             name, grid);
   for (int k = 0; k < 2; ++k) {
     for (int e = 0; e < kE; ++e) {
       std::vector<double> us;
@@ -309,6 +332,88 @@ void print_hot(const std::vector<GpuMatrix>& copies, const float* x, float* y, d
   }
 }
 
+// The decode step's fused GEMVs on Bonsai-27B shapes with their prologues and epilogues, the
+// codes hand-off from gate+up to ffn_down included: where each one's time goes (the decode
+// timeline gives only whole steps). Random inputs: values are checked by gdn ops, not here.
+void print_fused_timelines(cudaStream_t s) {
+  fmt::print("\nfused decode GEMVs, Bonsai-27B shapes\n");
+  const auto mats = [&](int64_t n_in, int64_t n_out) {
+    return upload_copies(random_q1_0(n_in, n_out, 99 + n_in + n_out), n_in, n_out, 3, s);
+  };
+  const std::vector<GpuMatrix> gate = mats(5120, 17408), up = mats(5120, 17408),
+                               down = mats(17408, 5120), ssm_out = mats(6144, 5120),
+                               qkv = mats(5120, 10240), z = mats(5120, 6144);
+  std::mt19937 rng(7);
+  std::vector<DeviceBuffer> held;
+  const auto random_device = [&](int64_t n, float lo, float hi) {
+    std::uniform_real_distribution<float> dist(lo, hi);
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& e : v) e = dist(rng);
+    held.emplace_back(v.size() * sizeof(float));
+    CUDA_CHECK(cudaMemcpyAsync(held.back().get(), v.data(), held.back().bytes(),
+                               cudaMemcpyHostToDevice, s));
+    return held.back().as<float>();
+  };
+  float *x = random_device(5120, -1, 1), *o = random_device(6144, -1, 1),
+        *g = random_device(6144, -1, 1), *norm = random_device(5120, 0.5f, 1.5f),
+        *res = random_device(5120, -1, 1), *mid = random_device(17408, -1, 1),
+        *yq = random_device(10240, -1, 1), *yz = random_device(6144, -1, 1);
+  DeviceBuffer act(136 * 128), meta(136 * 8);  // 17408 / 128 blocks of codes
+
+  struct Case {
+    const char* name;
+    FusedGemv f;
+    const std::vector<GpuMatrix>* w[2];
+  };
+  const auto fused = [&](Prologue p, Epilogue e, const float* in, int n, float* y0, float* y1) {
+    FusedGemv f;
+    f.prologue = p;
+    f.epilogue = e;
+    f.x = in;
+    f.n = n;
+    f.y[0] = y0;
+    f.y[1] = y1;
+    f.eps = 1e-6f;
+    return f;
+  };
+  Case ssm{"ssm_out head-norm*gate + add",
+           fused(Prologue::HeadRmsNormMulGate, Epilogue::AddInto, o, 1, res, nullptr),
+           {&ssm_out, nullptr}};
+  ssm.f.gate = g;
+  ssm.f.norm = norm;
+  ssm.f.head_dim = 128;
+  Case qz{"qkv+z rms + store", fused(Prologue::RmsNorm, Epilogue::Store, x, 2, yq, yz), {&qkv, &z}};
+  qz.f.norm = norm;
+  Case gu{"gate+up rms + silu*up, codes out",
+          fused(Prologue::RmsNorm, Epilogue::SiluMulPair, x, 2, mid, nullptr),
+          {&gate, &up}};
+  gu.f.norm = norm;
+  gu.f.codes_act = act.as<uint32_t>();
+  gu.f.codes_meta = meta.get();
+  gu.f.codes_out = true;
+  Case dn{"ffn_down + add, all quantised",
+          fused(Prologue::None, Epilogue::AddInto, mid, 1, res, nullptr),
+          {&down, nullptr}};
+  Case dn_codes = dn;
+  dn_codes.name = "ffn_down + add, codes in";
+  dn_codes.f.codes_act = act.as<uint32_t>();
+  dn_codes.f.codes_meta = meta.get();
+  // Case c's GEMV on weight copy i.
+  const auto on_copy = [](const Case& c, int i) {
+    FusedGemv f = c.f;
+    for (int m = 0; m < f.n; ++m) f.w[m] = &(*c.w[m])[size_t(i) % 3];
+    return f;
+  };
+  dn_codes.f.codes_in_blocks = q1_codes_out_blocks(on_copy(gu, 0));  // gu runs first
+  for (const Case* c : {&ssm, &qz, &gu, &dn, &dn_codes}) {
+    const mm::Q1Options o = mm::q1_default_options((*c->w[0])[0].n_in, 0);
+    print_timeline(
+        c->name,
+        [&](int i, uint64_t* trace) { return mm::q1_0_gemv_traced(on_copy(*c, i), o, trace, s); },
+        s);
+  }
+}
+
 int run() {
   CUDA_CHECK(cudaSetDevice(0));
   cudaStream_t s;
@@ -345,19 +450,10 @@ int run() {
     const int64_t n_in = nm.first, n_out = nm.second;
     const std::string shape = fmt::format("{}->{}", n_in, n_out);
     const auto host = random_q1_0(n_in, n_out, 1234 + n_out);
-    model::Matrix view;
-    view.name = shape;
-    view.type = quant::Type::Q1_0;
-    view.n_in = n_in;
-    view.n_out = n_out;
-    view.row_bytes = quant::row_bytes(quant::Type::Q1_0, n_in);
-    view.data = host.data();
-    std::vector<GpuMatrix> copies;
-    copies.push_back(upload_matrix(view, s));
-    const size_t wbytes = copies[0].device_bytes();
-    const int n_copies = static_cast<int>(std::ceil(kRotateBytes / double(wbytes))) + 1;
-    while (static_cast<int>(copies.size()) < n_copies) copies.push_back(clone(copies[0], s));
-    const double bytes = double(wbytes) + 4.0 * double(n_in + n_out);
+    const double wbytes = double(quant::row_bytes(quant::Type::Q1_0, n_in)) * double(n_out);
+    const int n_copies = static_cast<int>(std::ceil(kRotateBytes / wbytes)) + 1;
+    const std::vector<GpuMatrix> copies = upload_copies(host, n_in, n_out, n_copies, s);
+    const double bytes = double(copies[0].device_bytes()) + 4.0 * double(n_in + n_out);
 
     std::mt19937 rng(static_cast<uint32_t>(n_in * 31 + n_out));
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
@@ -407,7 +503,15 @@ int run() {
     }
 
     for (const Variant& v : variants) {
-      if (v.o.one_launch) print_timeline(copies, dx.as<float>(), dy.as<float>(), v, s);
+      if (!v.o.one_launch) continue;
+      print_timeline(
+          v.name,
+          [&](int i, uint64_t* trace) {
+            return mm::q1_0_gemv_traced(
+                plain_gemv(copies[size_t(i) % copies.size()], dx.as<float>(), dy.as<float>()), v.o,
+                trace, s);
+          },
+          s);
     }
 
     // Timing, rotated order.
@@ -443,6 +547,8 @@ int run() {
       rows.push_back(r);
     }
   }
+
+  print_fused_timelines(s);
 
   fmt::print(
       "\n== summary (copy {:.0f} GB/s; us per matmul inside a graph of {}; targets: head "

@@ -908,13 +908,13 @@ void matmul_q1_0(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int6
 // (checks_matmul.cpp declares it again; it is C++-clean).
 void q1_0_two_launch_gemv(const GpuMatrix& w, const float* x, float* y, MatmulWorkspace& ws,
                           cudaStream_t s);
-// The lab's timeline of one one-token GEMV (o.one_launch): launches it (as matmul_q1_0) with
-// thread 0 of every CTA writing globaltimer stamps (ns) to trace[cta * kGemvTraceEvents + e]
-// and its SM's clock64 to trace[(grid + cta) * kGemvTraceEvents + e] (GemvTraceEvent in
-// matmul_q1_0.cu); returns the grid size. Unwritten slots keep their value.
+// The lab's timeline of one one-launch GEMV (plain_gemv, or a fused one with its prologue and
+// epilogue; o: a one-launch variant): launches it (as matmul_fused_q1_0) with thread 0 of
+// every CTA writing globaltimer stamps (ns) to trace[cta * kGemvTraceEvents + e] and its SM's
+// clock64 to trace[(grid + cta) * kGemvTraceEvents + e] (GemvTraceEvent in matmul_q1_0.cu);
+// returns the grid size. Unwritten slots keep their value; trace null: an untraced launch.
 constexpr int kGemvTraceEvents = 20;
-unsigned q1_0_gemv_traced(const GpuMatrix& w, const float* x, float* y, const Q1Options& o,
-                          uint64_t* trace, cudaStream_t s);
+unsigned q1_0_gemv_traced(const FusedGemv& f, const Q1Options& o, uint64_t* trace, cudaStream_t s);
 // What timeline event e is ("waited", "slot 1 barrier", ...).
 std::string q1_0_trace_event(int e);
 // Q1_0 on f32 activations (GpuMatrix::f32_activations): the chunked layout and kernels.

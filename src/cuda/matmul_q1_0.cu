@@ -1562,9 +1562,8 @@ void q1_0_two_launch_gemv(const GpuMatrix& w, const float* x, float* y, MatmulWo
   matmul_q1_0(w, x, w.n_in, y, w.n_out, 1, ws, o, s);
 }
 
-unsigned q1_0_gemv_traced(const GpuMatrix& w, const float* x, float* y, const Q1Options& o,
-                          uint64_t* trace, cudaStream_t s) {
-  return run_gemv(plain_gemv(w, x, y), o, s, trace);
+unsigned q1_0_gemv_traced(const FusedGemv& f, const Q1Options& o, uint64_t* trace, cudaStream_t s) {
+  return run_gemv(f, o, s, trace);
 }
 
 std::string q1_0_trace_event(int e) {

@@ -132,24 +132,6 @@ std::vector<float> reference(const std::vector<uint8_t>& rows, const std::vector
   return y;
 }
 
-GpuMatrix clone(const GpuMatrix& w, cudaStream_t s);
-
-// host (random_q1_0) uploaded, then cloned into `copies` matrices in all.
-std::vector<GpuMatrix> upload_copies(const std::vector<uint8_t>& host, int64_t n_in, int64_t n_out,
-                                     int copies, cudaStream_t s) {
-  model::Matrix view;
-  view.name = fmt::format("{}->{}", n_in, n_out);
-  view.type = quant::Type::Q1_0;
-  view.n_in = n_in;
-  view.n_out = n_out;
-  view.row_bytes = quant::row_bytes(quant::Type::Q1_0, n_in);
-  view.data = host.data();
-  std::vector<GpuMatrix> c;
-  c.push_back(upload_matrix(view, s));
-  while (static_cast<int>(c.size()) < copies) c.push_back(clone(c[0], s));
-  return c;
-}
-
 // A second GpuMatrix with the same contents (device-to-device), for rotation beyond L2.
 GpuMatrix clone(const GpuMatrix& w, cudaStream_t s) {
   GpuMatrix c;
@@ -165,6 +147,22 @@ GpuMatrix clone(const GpuMatrix& w, cudaStream_t s) {
       cudaMemcpyAsync(c.codes.get(), w.codes.get(), w.codes.bytes(), cudaMemcpyDeviceToDevice, s));
   CUDA_CHECK(cudaMemcpyAsync(c.scales.get(), w.scales.get(), w.scales.bytes(),
                              cudaMemcpyDeviceToDevice, s));
+  return c;
+}
+
+// host (random_q1_0) uploaded, then cloned into `copies` matrices in all.
+std::vector<GpuMatrix> upload_copies(const std::vector<uint8_t>& host, int64_t n_in, int64_t n_out,
+                                     int copies, cudaStream_t s) {
+  model::Matrix view;
+  view.name = fmt::format("{}->{}", n_in, n_out);
+  view.type = quant::Type::Q1_0;
+  view.n_in = n_in;
+  view.n_out = n_out;
+  view.row_bytes = quant::row_bytes(quant::Type::Q1_0, n_in);
+  view.data = host.data();
+  std::vector<GpuMatrix> c;
+  c.push_back(upload_matrix(view, s));
+  while (static_cast<int>(c.size()) < copies) c.push_back(clone(c[0], s));
   return c;
 }
 
@@ -358,7 +356,8 @@ void print_fused_timelines(cudaStream_t s) {
         *g = random_device(6144, -1, 1), *norm = random_device(5120, 0.5f, 1.5f),
         *res = random_device(5120, -1, 1), *mid = random_device(17408, -1, 1),
         *yq = random_device(10240, -1, 1), *yz = random_device(6144, -1, 1);
-  DeviceBuffer act(136 * 128), meta(136 * 8);  // 17408 / 128 blocks of codes
+  constexpr size_t kBlocks = 17408 / 128;  // of gate+up's output, handed to ffn_down as codes
+  DeviceBuffer act(kBlocks * 32 * sizeof(uint32_t)), meta(kBlocks * 8);
 
   struct Case {
     const char* name;

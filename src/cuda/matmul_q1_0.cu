@@ -1069,16 +1069,15 @@ __global__ void __launch_bounds__(32 * gemv_max_warps(kQ))
   c.stamp(kTraceWaited);
   c.prologue();
   c.stamp(kTracePrologue);
-  while (st.slot < a.n_slots) {  // unrolled by two: both buffers stay in registers
+  // Not unrolled (an experiment): one copy of the slot code, the next step's loads moved into
+  // buf0 after the current step is processed.
+#pragma unroll 1
+  while (st.slot < a.n_slots) {
     GemvStep s1 = st;
     c.advance(s1);
     load(s1, buf1);
     c.process(st, buf0);
-    st = s1;
-    if (st.slot >= a.n_slots) break;
-    c.advance(s1);
-    load(s1, buf0);
-    c.process(st, buf1);
+    buf0 = buf1;
     st = s1;
   }
   c.stamp(kGemvTraceEvents - 1);

@@ -1069,8 +1069,13 @@ __global__ void __launch_bounds__(32 * gemv_max_warps(kQ))
   c.stamp(kTraceWaited);
   c.prologue();
   c.stamp(kTracePrologue);
-  // Not unrolled (an experiment): one copy of the slot code, the next step's loads moved into
-  // buf0 after the current step is processed.
+  // The next step's loads go out before the current step is processed, into buf1, moved to buf0
+  // after it (24 moves a step). Not unrolled by two (both buffers in registers, no moves): that
+  // kept two copies of the step's code (the dots, the reduction, every epilogue) in the hot
+  // loop, and instruction fetch is what the fused GEMVs wait on most. ncu (H200, 2026-12-02,
+  // decode layer 0's four GEMVs): no_instruction 25-36% of the stall samples, long scoreboard
+  // (memory) 6-8%. One copy: qkv step 13.24 -> 12.93 µs, q+k+v 8.73 -> 8.08, ffn_down 7.67 ->
+  // 7.39, tg128 316.2 / 316.8 -> 324.2 / 324.4 (bench/RESULTS.md).
 #pragma unroll 1
   while (st.slot < a.n_slots) {
     GemvStep s1 = st;

@@ -694,7 +694,12 @@ __global__ void __launch_bounds__(kQuantizeBlocks * 16)
 //    SASS from 147 to 119 KB but ffn_down from 9.58 to 11.24 µs a step, tg128 ~309 -> ~300:
 //    what a GEMV executes counts more than its size;
 //  - CTA pairs of a cluster quantising half the blocks each into both CTAs' shared memory
-//    (271.5 vs 272.1: the pairs' scheduling eats the shorter prologue).
+//    (271.5 vs 272.1: the pairs' scheduling eats the shorter prologue);
+//  - (2026-12-02) the weights of a CTA's first rounds bulk-copied into shared memory before
+//    pdl_wait (cp.async.bulk on an mbarrier per round and team, up to 227 KB a CTA): tg128 272
+//    vs 319, the bytes landing no sooner than behind the L2 prefetch; and gate+up's prefetches
+//    ordered round by round: no change. The first slot does not wait on where or when its
+//    weights come from: ncu finds instruction fetch, not memory, the first stall.
 // Seven more registers held across the dots made ptxas spill 12 bytes at its 96 (a slower GEMV
 // everywhere): the conv epilogue's taps travel through shared memory instead.
 //
@@ -1070,12 +1075,12 @@ __global__ void __launch_bounds__(32 * gemv_max_warps(kQ))
   c.prologue();
   c.stamp(kTracePrologue);
   // The next step's loads go out before the current step is processed, into buf1, moved to buf0
-  // after it (24 moves a step). Not unrolled by two (both buffers in registers, no moves): that
-  // kept two copies of the step's code (the dots, the reduction, every epilogue) in the hot
-  // loop, and instruction fetch is what the fused GEMVs wait on most. ncu (H200, 2026-12-02,
-  // decode layer 0's four GEMVs): no_instruction 25-36% of the stall samples, long scoreboard
-  // (memory) 6-8%. One copy: qkv step 13.24 -> 12.93 µs, q+k+v 8.73 -> 8.08, ffn_down 7.67 ->
-  // 7.39, tg128 316.2 / 316.8 -> 324.2 / 324.4 (bench/RESULTS.md).
+  // after it (24 register moves a step at kQ = 2). Not unrolled by two (both buffers in registers,
+  // no moves): that kept two copies of the step's code (the dots, the reduction, every epilogue) in
+  // the hot loop, and instruction fetch is what the fused GEMVs wait on most. ncu (H200,
+  // 2026-12-02, decode layer 0's four GEMVs): no_instruction 25-36% of the stall samples, long
+  // scoreboard (memory) 6-8%. One copy: qkv step 13.24 -> 12.93 µs, q+k+v 8.73 -> 8.08,
+  // ffn_down 7.67 -> 7.39, tg128 316.2 / 316.8 -> 324.2 / 324.4 (bench/RESULTS.md).
 #pragma unroll 1
   while (st.slot < a.n_slots) {
     GemvStep s1 = st;

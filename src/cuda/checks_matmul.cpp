@@ -680,7 +680,6 @@ void add_fused_checks(Context& ctx, std::vector<Result>& out) {
   bonsai(Type::Q1_0, Prologue::RmsNorm, Epilogue::Store, 5120, {248320}, 0, "output");
 }
 
-// Every way matmul_fused must refuse, with its message naming the matrices.
 // The codes hand-off (FusedGemv::codes_out, codes_in_blocks): a gate+up GEMV whose CTAs own
 // whole blocks of its output writes their activation codes, and the ffn_down GEMV after it
 // copies them instead of quantising those blocks. sms: the SMs the producer may use (fewer
@@ -708,7 +707,8 @@ void run_codes_case(Context& ctx, std::vector<Result>& out, const CodesCase& c) 
   const auto device = [&](const std::vector<float>& v, int64_t n) {
     DeviceBuffer b(static_cast<size_t>(n) * sizeof(float));
     CUDA_CHECK(cudaMemsetAsync(b.get(), 0xff, b.bytes(), s));
-    CUDA_CHECK(cudaMemcpyAsync(b.get(), v.data(), v.size() * 4, cudaMemcpyHostToDevice, s));
+    CUDA_CHECK(
+        cudaMemcpyAsync(b.get(), v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice, s));
     return b;
   };
   const DeviceBuffer dx = device(x, c.n_in), dn = device(norm, c.n_in);
@@ -779,6 +779,7 @@ void run_codes_case(Context& ctx, std::vector<Result>& out, const CodesCase& c) 
   out.push_back(r);
 }
 
+// Every way matmul_fused must refuse, with its message naming the matrices.
 void add_fused_refusals(Context& ctx, std::vector<Result>& out) {
   cudaStream_t s = ctx.stream();
   std::vector<uint8_t> st;

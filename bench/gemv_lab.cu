@@ -14,8 +14,8 @@
 //                    clock64 at each phase (q1_0_gemv_traced): where a launch's time goes;
 //                    then the decode step's fused GEMVs (ssm_out, qkv+z, gate+up handing
 //                    codes to ffn_down) with their prologues and epilogues
-//   hot in L2       matmul_fused's GEMV on rotated copies and on one copy (weights in L2):
-//                    how much of its time waits for DRAM
+//   hot in L2       matmul_fused's GEMV, and each fused decode GEMV, on rotated copies and on
+//                    one copy (weights in L2): how much of its time waits for DRAM
 //
 // Every timed input set is rotated among copies totalling > 150 MB (the L2 is 60 MB). Times
 // are per matmul: inside a CUDA graph of 20 (median of replays; what the executor will see)
@@ -332,11 +332,16 @@ void print_hot(const std::vector<GpuMatrix>& copies, const float* x, float* y, d
 
 // The decode step's fused GEMVs on Bonsai-27B shapes with their prologues and epilogues, the
 // codes hand-off from gate+up to ffn_down included: where each one's time goes (the decode
-// timeline gives only whole steps). Random inputs: values are checked by gdn ops, not here.
-void print_fused_timelines(cudaStream_t s) {
+// timeline gives only whole steps), and each one timed on weights rotated beyond L2 and on
+// weights hot in L2 (how much a step would gain if the step before had asked L2 for its
+// weights). Random inputs: values are checked by gdn ops, not here.
+void print_fused_timelines(Timer& timer) {
+  const cudaStream_t s = timer.s;
   fmt::print("\nfused decode GEMVs, Bonsai-27B shapes\n");
   const auto mats = [&](int64_t n_in, int64_t n_out) {
-    return upload_copies(random_q1_0(n_in, n_out, 99 + n_in + n_out), n_in, n_out, 3, s);
+    const double bytes = double(quant::row_bytes(quant::Type::Q1_0, n_in)) * double(n_out);
+    const int n_copies = std::max(3, static_cast<int>(std::ceil(kRotateBytes / bytes)) + 1);
+    return upload_copies(random_q1_0(n_in, n_out, 99 + n_in + n_out), n_in, n_out, n_copies, s);
   };
   const std::vector<GpuMatrix> gate = mats(5120, 17408), up = mats(5120, 17408),
                                down = mats(17408, 5120), ssm_out = mats(6144, 5120),
@@ -397,19 +402,30 @@ void print_fused_timelines(cudaStream_t s) {
   dn_codes.name = "ffn_down + add, codes in";
   dn_codes.f.codes_act = act.as<uint32_t>();
   dn_codes.f.codes_meta = meta.get();
-  // Case c's GEMV on weight copy i.
-  const auto on_copy = [](const Case& c, int i) {
+  // Case c's GEMV on weight copy i (hot: always copy 0).
+  const auto on_copy = [](const Case& c, int i, bool hot = false) {
     FusedGemv f = c.f;
-    for (int m = 0; m < f.n; ++m) f.w[m] = &(*c.w[m])[size_t(i) % 3];
+    for (int m = 0; m < f.n; ++m) f.w[m] = &(*c.w[m])[hot ? 0 : size_t(i) % c.w[m]->size()];
     return f;
   };
   dn_codes.f.codes_in_blocks = q1_codes_out_blocks(on_copy(gu, 0));  // gu runs first
   for (const Case* c : {&ssm, &qz, &gu, &dn, &dn_codes}) {
     const mm::Q1Options o = mm::q1_default_options((*c->w[0])[0].n_in, 0);
-    print_timeline(
-        c->name,
-        [&](int i, uint64_t* trace) { return mm::q1_0_gemv_traced(on_copy(*c, i), o, trace, s); },
-        s);
+    for (bool hot : {false, true}) {
+      print_timeline(
+          fmt::format("{}{}", c->name, hot ? " (hot in L2)" : ""),
+          [&](int i, uint64_t* trace) {
+            return mm::q1_0_gemv_traced(on_copy(*c, i, hot), o, trace, s);
+          },
+          s);
+    }
+    std::vector<double> us[2];
+    for (int round = 0; round < 4; ++round) {
+      const bool hot = round % 2 == 1;
+      us[hot].push_back(timer.graph_us([&](int i) { matmul_fused(on_copy(*c, i, hot), s); }));
+    }
+    fmt::print("  gemv  {:<36} graph {:8.2f} us rotated, {:8.2f} us hot in L2\n", c->name,
+               median(us[0]), median(us[1]));
   }
 }
 
@@ -547,7 +563,7 @@ int run() {
     }
   }
 
-  print_fused_timelines(s);
+  print_fused_timelines(timer);
 
   fmt::print(
       "\n== summary (copy {:.0f} GB/s; us per matmul inside a graph of {}; targets: head "

@@ -28,6 +28,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -312,29 +313,40 @@ void print_timeline(const std::string& name, const TracedLaunch& launch, cudaStr
   }
 }
 
+// Median graph µs of launch(i, hot) on rotated weight copies ([0]) and on weights hot in L2
+// ([1]: launch uses one copy), the two alternating over four rounds.
+std::array<double, 2> rotated_and_hot_us(Timer& timer,
+                                         const std::function<void(int, bool)>& launch) {
+  std::vector<double> us[2];
+  for (int round = 0; round < 4; ++round) {
+    const bool hot = round % 2 == 1;
+    us[hot].push_back(timer.graph_us([&](int i) { launch(i, hot); }));
+  }
+  return {median(us[0]), median(us[1])};
+}
+
 // matmul_fused's one-token GEMV (the decode default) on rotated copies (weights from DRAM)
 // and on one copy (weights hot in L2): how much of its time is waiting for DRAM. Measured
 // 2026-11-30: 7.45 / 7.37 us at 5120->10240, so its time goes inside the kernel, not to DRAM.
 void print_hot(const std::vector<GpuMatrix>& copies, const float* x, float* y, double ceiling_us,
                Timer& timer) {
   const size_t n = copies.size();
-  const auto gemv = [&](size_t i) { matmul_fused(plain_gemv(copies[i % n], x, y), timer.s); };
-  const std::function<void(int)> modes[] = {[&](int i) { gemv(size_t(i)); }, [&](int) { gemv(0); }};
+  const std::array<double, 2> us = rotated_and_hot_us(timer, [&](int i, bool hot) {
+    matmul_fused(plain_gemv(copies[hot ? 0 : size_t(i) % n], x, y), timer.s);
+  });
   const char* names[] = {"rotated", "hot in L2"};
-  std::vector<double> us[2];
-  for (int round = 0; round < 4; ++round) us[round % 2].push_back(timer.graph_us(modes[round % 2]));
   for (int m = 0; m < 2; ++m) {
-    const double t = median(us[m]);
-    fmt::print("  gemv  {:<10} graph {:8.2f} us  {:5.1f}% read\n", names[m], t,
-               100 * ceiling_us / t);
+    fmt::print("  gemv  {:<10} graph {:8.2f} us  {:5.1f}% read\n", names[m], us[m],
+               100 * ceiling_us / us[m]);
   }
 }
 
 // The decode step's fused GEMVs on Bonsai-27B shapes with their prologues and epilogues, the
 // codes hand-off from gate+up to ffn_down included: where each one's time goes (the decode
 // timeline gives only whole steps), and each one timed on weights rotated beyond L2 and on
-// weights hot in L2 (how much a step would gain if the step before had asked L2 for its
-// weights). Random inputs: values are checked by gdn ops, not here.
+// weights hot in L2. The difference bounds what weights already in L2 could save; asking L2
+// for them a step early lost far more than that (bench/RESULTS.md, 2026-12-02). Random
+// inputs: values are checked by gdn ops, not here.
 void print_fused_timelines(Timer& timer) {
   const cudaStream_t s = timer.s;
   fmt::print("\nfused decode GEMVs, Bonsai-27B shapes\n");
@@ -419,13 +431,10 @@ void print_fused_timelines(Timer& timer) {
           },
           s);
     }
-    std::vector<double> us[2];
-    for (int round = 0; round < 4; ++round) {
-      const bool hot = round % 2 == 1;
-      us[hot].push_back(timer.graph_us([&](int i) { matmul_fused(on_copy(*c, i, hot), s); }));
-    }
-    fmt::print("  gemv  {:<36} graph {:8.2f} us rotated, {:8.2f} us hot in L2\n", c->name,
-               median(us[0]), median(us[1]));
+    const std::array<double, 2> us =
+        rotated_and_hot_us(timer, [&](int i, bool hot) { matmul_fused(on_copy(*c, i, hot), s); });
+    fmt::print("  gemv  {:<36} graph {:8.2f} us rotated, {:8.2f} us hot in L2\n", c->name, us[0],
+               us[1]);
   }
 }
 

@@ -397,7 +397,9 @@ struct Q1Warp {
 // dynamic shared memory slices * rpc * tokens_per_cta * 16 floats. Each warp walks the steps
 // (group, chunk) of its slice; every warp of a CTA walks the same sequence, so the barriers in
 // store_tile line up. kPrefetch: the next step's loads are issued before the current step is
-// computed (unrolled by two so both buffers stay in registers without copies).
+// computed (unrolled by two so both buffers stay in registers without copies). Unlike the
+// one-launch GEMV's loop, this one loses without the unrolling: with the buffer moved instead,
+// pp512 1447 -> 1252 (H200, 2026-12-02, bench/RESULTS.md); its steps are 16 tokens' dots.
 template <class Math, int kQ, bool kPrefetch>
 __global__ void __launch_bounds__(32 * max_slices(kQ)) q1_kernel(Q1Args a) {
   extern __shared__ float red[];

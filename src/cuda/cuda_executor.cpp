@@ -463,6 +463,7 @@ int CudaExecutor::recurrence(const model::Step& s, ProgramMem& pm, Slot& slot, c
   }
   f.l2norm = s.fuse_l2norm;
   f.l2_eps = s.eps;
+  link_gdn_codes(s, pm, f);
   gdn_recurrence(in(0), in(1), in(2), in(3), in(4), view(pm, s.out), st_in, st_out,
                  hp.ssm_n_k_heads, hp.ssm_n_v_heads, s.head_dim, f, st);
   return 1;
@@ -570,25 +571,56 @@ int CudaExecutor::fused_matmul(const model::Step& s, ProgramMem& pm, Slot& slot)
 // codes_out: bit-identical, ffn_down ~2 µs faster a layer on the H200).
 void CudaExecutor::link_codes(const model::Step& s, ProgramMem& pm, FusedGemv& f) {
   if (s.epilogue != model::Epilogue::SiluMulPair) return;
-  const std::vector<model::Step>& steps = pm.program->steps;
-  const size_t at = static_cast<size_t>(&s - steps.data());
-  if (at + 1 >= steps.size()) return;
-  const model::Step& next = steps[at + 1];
-  if (next.op != Op::MatMulFused || next.prologue != model::Prologue::None || next.n_mats() != 1) {
-    return;
-  }
-  const model::View& x = next.in[0];
-  const model::View& y = s.mouts[0];
-  if (x.buf != y.buf || x.col != y.col || x.width != y.width) return;
-  const GpuMatrix& w = matrix(next.mats[0]);
-  if (w.type != quant::Type::Q1_0 || w.f32_activations) return;
+  const model::Step* next = codes_consumer(s, pm, s.mouts[0], model::Prologue::None);
+  if (next == nullptr) return;
   const int blocks = q1_codes_out_blocks(f);
   if (blocks == 0) return;
   f.codes_act = codes_act_.as<uint32_t>();
   f.codes_meta = codes_meta_.get();
   f.codes_out = true;
-  codes_next_ = &next;
+  codes_next_ = next;
   codes_next_blocks_ = blocks;
+}
+
+// The step after s when it is a one-token Q1_0 GEMV (quantised activations) of exactly s's
+// output y with this prologue, else null: the steps whose codes s may write.
+const model::Step* CudaExecutor::codes_consumer(const model::Step& s, ProgramMem& pm,
+                                                const model::View& y,
+                                                model::Prologue prologue) const {
+  const std::vector<model::Step>& steps = pm.program->steps;
+  const size_t at = static_cast<size_t>(&s - steps.data());
+  if (at + 1 >= steps.size()) return nullptr;
+  const model::Step& next = steps[at + 1];
+  if (next.op != Op::MatMulFused || next.prologue != prologue || next.n_mats() != 1) {
+    return nullptr;
+  }
+  const model::View& x = next.in[0];
+  if (x.buf != y.buf || x.col != y.col || x.width != y.width) return nullptr;
+  const GpuMatrix& w = matrix(next.mats[0]);
+  if (w.type != quant::Type::Q1_0 || w.f32_activations) return nullptr;
+  return &next;
+}
+
+// When a one-token recurrence's output feeds ssm_out's fused GEMV (HeadRmsNormMulGate, rung
+// norm-gemv-fused) with one 128-element block per head, the recurrence also writes that GEMV's
+// input codes (GdnFusion::codes_act: its prologue and quantiser in the first CTA of each
+// head's cluster) and the GEMV copies them: bit-identical. The GEMV's prologue had staged the
+// head norms and gates and quantised all of x in each of its CTAs: ~4.6 of its ~7 µs after
+// the wait (bench/gemv_lab timeline, H200, 2026-12-02).
+void CudaExecutor::link_gdn_codes(const model::Step& s, ProgramMem& pm, GdnFusion& f) {
+  const model::Step* next = codes_consumer(s, pm, s.out, model::Prologue::HeadRmsNormMulGate);
+  const model::HParams& hp = model_.hp;
+  if (next == nullptr || view(pm, s.out).rows != 1 || next->head_dim != s.head_dim ||
+      !gdn_codes_out_ok(hp.ssm_n_v_heads, s.head_dim)) {
+    return;
+  }
+  f.codes_act = codes_act_.as<uint32_t>();
+  f.codes_meta = codes_meta_.get();
+  f.codes_gate = view(pm, next->in[1]).data;
+  f.codes_norm = vec(next->vec);
+  f.codes_eps = next->eps;
+  codes_next_ = next;
+  codes_next_blocks_ = static_cast<int>(hp.ssm_n_v_heads);
 }
 
 namespace {

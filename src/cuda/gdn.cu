@@ -79,11 +79,14 @@
 //     choices.
 // f16/bf16 decode reads and writes half the bytes; with kCols ≥ 16 a warp row segment is
 // still a whole 32-byte sector (kCols = 8, small models only, uses half of one).
+#include <cooperative_groups.h>
 #include <cuda_pipeline.h>
 
 #include <cmath>
 
+#include "cuda/act_quantize.cuh"
 #include "cuda/kernel_util.cuh"
+#include "cuda/matmul.cuh"
 #include "cuda/norm.cuh"
 #include "cuda/state.cuh"
 
@@ -96,6 +99,8 @@ using model::StateType;
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kMaxD = kThreads;  // each thread stages one q and one k element
+constexpr int kCodesD = 128;     // codes out: a head is one activation block
+constexpr int kMaxClusterCtas = 8;  // portable cluster size
 
 struct GdnArgs {
   DevRows q, k, v, g, beta, out;
@@ -108,6 +113,12 @@ struct GdnArgs {
   int n_k_heads, d;
   float q_scale;  // 1/√d
   float l2_eps;   // the fused L2 norm's eps (kL2 instantiations)
+  // Codes out (GdnFusion::codes_act; null: none): the launch is in clusters of a head's CTAs.
+  uint32_t* codes_act;
+  mm::ActMeta* codes_meta;
+  const float* codes_gate;
+  const float* codes_norm;
+  float codes_eps;
 };
 
 // Staging ring depth: token t + kStages − 1 is being copied while token t is computed.
@@ -157,14 +168,58 @@ __device__ __forceinline__ void store_state(const float (&s)[kRows], void* state
   }
 }
 
+// Codes out (GdnArgs::codes_act), after the token: every CTA's warp 0 stores its columns' o
+// into the cluster's first CTA (`head`, raw order), which then does what the next GEMV's
+// HeadRmsNormMulGate prologue and quantiser do for this head's block, with their device code:
+// the head's sum of squares in norm.cuh's order for a 128-float chunk (one virtual warp, as
+// prologue_scales), its rms_scale, p = prologue_value(o, gate, w, scale) staged at stage_pos,
+// and quantize_eighths (16 lanes, one eighth each). Every thread of every CTA calls it: the
+// cluster barriers (the entry's arrive, in the kernel, orders the remote stores after every
+// CTA of the cluster has started).
+__device__ void hand_off_codes(const GdnArgs& a, int h, int j, bool writes, float o,
+                               float4* head) {
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  mm::cluster_wait();
+  if (writes) cluster.map_shared_rank(reinterpret_cast<float*>(head), 0)[j] = o;
+  cluster.sync();  // release / acquire: the head's outputs are in the first CTA
+  if (cluster.block_rank() != 0 || threadIdx.x >= 32) return;
+  const int lane = threadIdx.x;
+  float t[norm::kPerThread];
+  norm::load_tile(reinterpret_cast<const float*>(head), kCodesD, 0, 0, t);
+  const float scale = norm::rms_scale(norm::head_sum_squares_of_tile(t), kCodesD, a.codes_eps);
+  const float4 x = head[lane];  // elements 4·lane.. of the head
+  const float* g = a.codes_gate + int64_t(h) * kCodesD + 4 * lane;
+  const float* w = a.codes_norm + 4 * lane;
+  constexpr mm::Prologue P = mm::Prologue::HeadRmsNormMulGate;
+  const float4 p = make_float4(mm::prologue_value<P>(x.x, g[0], w[0], scale),
+                               mm::prologue_value<P>(x.y, g[1], w[1], scale),
+                               mm::prologue_value<P>(x.z, g[2], w[2], scale),
+                               mm::prologue_value<P>(x.w, g[3], w[3], scale));
+  __syncwarp();  // every raw output is read before the staged values overwrite them
+  head[mm::stage_pos(lane)] = p;
+  __syncwarp();
+  const int u[1] = {lane & 15};  // lanes 16..31 repeat 0..15 (whole-warp shuffles)
+  uint32_t words[1][2];
+  float d[1];
+  int sum[1];
+  mm::quantize_eighths<true, 1>(head, u, lane, words, d, sum);
+  if (lane < 16) {
+    mm::store_eighth(a.codes_act, a.codes_meta, h * 16 + lane, words[0], d[0], sum[0]);
+  }
+}
+
 template <int kCols, int kRows, bool kL2>
 __global__ void __launch_bounds__(kThreads) gdn_kernel(GdnArgs a) {
   constexpr int kSub = 32 / kCols;        // row groups per warp
   constexpr int kGroups = kWarps * kSub;  // row groups per CTA
   static_assert(kCols * kSub == 32 && kRows * kGroups <= kMaxD, "slice shape");
   detail::pdl_launch_dependents();
+  const bool codes = a.codes_act != nullptr;
+  if (codes) mm::cluster_arrive();
 
   __shared__ float s_q[kStages][kMaxD], s_k[kStages][kMaxD], s_v[kStages][kCols];
+  __shared__ float4 s_head[kCodesD / 4];  // codes out: the head's outputs, then p(o) staged
   __shared__ float s_g[kStages], s_b[kStages];
   __shared__ float s_red[3][kWarps][kCols];  // per warp: Σ S·k, Σ S·q, Σ k·q per column
 
@@ -199,6 +254,7 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(GdnArgs a) {
     if (threadIdx.x < kCols && col0 + int(threadIdx.x) >= d) s_v[slot][threadIdx.x] = 0.0f;
   }
   const int64_t T = a.out.rows;
+  float o_last = 0.0f;  // codes out (one token): this thread's o, when warp 0 writes one
   const auto stage = [&](int64_t t) {
     if (t < T) {
       const int slot = static_cast<int>(t % kStages);
@@ -277,13 +333,15 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(GdnArgs a) {
       if (i < d) s[m] = fmaf(key(i), delta, s[m]);
     }
     if (warp == 0 && lane < kCols && col_ok) {
-      row_ptr(a.out, t)[int64_t(h) * d + j] = fmaf(delta, kk, qv) * a.q_scale;
+      o_last = fmaf(delta, kk, qv) * a.q_scale;
+      row_ptr(a.out, t)[int64_t(h) * d + j] = o_last;
     }
   }
 
   state::dispatch(a.out_type, [&](auto st) {
     store_state<decltype(st), kRows, kGroups>(s, a.state_out, h, d, grp, j, col_ok);
   });
+  if (codes) hand_off_codes(a, h, j, warp == 0 && lane < kCols && col_ok, o_last, s_head);
 }
 
 // Picks the smallest instantiated kRows (4, 8, 16, 32) that covers the key dim.
@@ -293,10 +351,13 @@ void launch_rows(const GdnArgs& a, bool l2, int rows_needed, dim3 grid, cudaStre
   if constexpr (kRows * kGroups < kMaxD) {
     if (rows_needed > kRows) return launch_rows<kCols, kRows * 2>(a, l2, rows_needed, grid, s);
   }
+  const unsigned cluster = a.codes_act != nullptr ? grid.x : 0;  // codes out: a head's CTAs
   if (l2) {
-    detail::launch(&gdn_kernel<kCols, kRows, true>, grid, kThreads, 0, true, s, a);
+    detail::launch_clusters(&gdn_kernel<kCols, kRows, true>, grid, kThreads, 0, true, cluster, s,
+                            a);
   } else {
-    detail::launch(&gdn_kernel<kCols, kRows, false>, grid, kThreads, 0, true, s, a);
+    detail::launch_clusters(&gdn_kernel<kCols, kRows, false>, grid, kThreads, 0, true, cluster, s,
+                            a);
   }
 }
 
@@ -307,7 +368,21 @@ void launch_cols(const GdnArgs& a, bool l2, int n_v_heads, cudaStream_t s) {
   launch_rows<kCols, 4>(a, l2, static_cast<int>(detail::ceil_div(a.d, kGroups)), grid, s);
 }
 
+// Value columns per CTA: the widest slice that still gives every SM two CTAs (more, smaller
+// CTAs balance the state's bytes across SMs; below that the narrowest slice gives the most
+// CTAs). The reduction order depends on it, so every launch of a shape uses the same.
+int cols_per_cta(int64_t n_v_heads, int64_t d) {
+  const int64_t min_ctas = 2 * int64_t(sm_count());
+  if (n_v_heads * detail::ceil_div(d, 32) >= min_ctas) return 32;
+  if (n_v_heads * detail::ceil_div(d, 16) >= min_ctas) return 16;
+  return 8;
+}
+
 }  // namespace
+
+bool gdn_codes_out_ok(int64_t n_v_heads, int64_t d) {
+  return d == kCodesD && detail::ceil_div(d, cols_per_cta(n_v_heads, d)) <= kMaxClusterCtas;
+}
 
 void gdn_recurrence(DevRows q, DevRows k, DevRows v, DevRows g, DevRows beta, DevRows out,
                     DevState state_in, DevState state_out, int64_t n_k_heads, int64_t n_v_heads,
@@ -359,6 +434,15 @@ void gdn_recurrence(DevRows q, DevRows k, DevRows v, DevRows g, DevRows beta, De
   if (fusion.l2norm && !(fusion.l2_eps >= 0.0f)) {
     fail("cuda {}: Hk {} d {}: fused L2 norm eps {} must be >= 0", op, n_k_heads, d, fusion.l2_eps);
   }
+  if (fusion.codes_act != nullptr &&
+      (!gdn_codes_out_ok(n_v_heads, d) || out.rows != 1 || fusion.codes_meta == nullptr ||
+       fusion.codes_gate == nullptr || fusion.codes_norm == nullptr ||
+       !(fusion.codes_eps >= 0.0f))) {
+    fail(
+        "cuda {}: codes out need one token (got {}), d = {} on at most {} CTAs a head (Hv {} d "
+        "{}), meta, gate and norm set and eps >= 0 (got {})",
+        op, out.rows, kCodesD, kMaxClusterCtas, n_v_heads, d, fusion.codes_eps);
+  }
   const GdnArgs a{q,
                   k,
                   v,
@@ -375,17 +459,22 @@ void gdn_recurrence(DevRows q, DevRows k, DevRows v, DevRows g, DevRows beta, De
                   static_cast<int>(n_k_heads),
                   static_cast<int>(d),
                   static_cast<float>(1.0 / std::sqrt(double(d))),
-                  fusion.l2_eps};
-  // The widest column slice that still gives every SM two CTAs (more, smaller CTAs balance
-  // the state's bytes across SMs; below that the narrowest slice gives the most CTAs).
-  const int64_t min_ctas = 2 * int64_t(sm_count());
+                  fusion.l2_eps,
+                  fusion.codes_act,
+                  static_cast<mm::ActMeta*>(fusion.codes_meta),
+                  fusion.codes_gate,
+                  fusion.codes_norm,
+                  fusion.codes_eps};
   const int hv = static_cast<int>(n_v_heads);
-  if (n_v_heads * detail::ceil_div(d, 32) >= min_ctas) {
-    launch_cols<32>(a, fusion.l2norm, hv, s);
-  } else if (n_v_heads * detail::ceil_div(d, 16) >= min_ctas) {
-    launch_cols<16>(a, fusion.l2norm, hv, s);
-  } else {
-    launch_cols<8>(a, fusion.l2norm, hv, s);
+  switch (cols_per_cta(n_v_heads, d)) {
+    case 32:
+      launch_cols<32>(a, fusion.l2norm, hv, s);
+      break;
+    case 16:
+      launch_cols<16>(a, fusion.l2norm, hv, s);
+      break;
+    default:
+      launch_cols<8>(a, fusion.l2norm, hv, s);
   }
   CUDA_CHECK_LAUNCH();
 }

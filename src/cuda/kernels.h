@@ -146,6 +146,17 @@ struct GdnFusion {
   // with the l2_norm kernel's reduction order and eps (chunk d).
   bool l2norm = false;
   float l2_eps = 0.0f;
+  // Codes out (gdn_codes_out_ok: one token, d = 128, so a value head is one 128-element
+  // activation block of the next Q1_0 GEMV): that GEMV's input p(o) = rms_norm(o, codes_norm,
+  // chunk d, codes_eps)·codes_gate quantised into its codes (act [Hv][32] words, meta [Hv]
+  // {d, sum}: FusedGemv::codes_act / codes_meta), with its HeadRmsNormMulGate prologue's and
+  // quantiser's device code on the same floats, so the GEMV may copy them instead
+  // (FusedGemv::codes_in_blocks = Hv). out is written as well.
+  uint32_t* codes_act = nullptr;
+  void* codes_meta = nullptr;
+  const float* codes_gate = nullptr;  // [Hv·d]
+  const float* codes_norm = nullptr;  // [d]
+  float codes_eps = 0.0f;
 };
 
 // Gated delta rule over the T rows, value head h using key head h % Hk. q, k: [T][Hk·d]
@@ -157,6 +168,9 @@ struct GdnFusion {
 void gdn_recurrence(DevRows q, DevRows k, DevRows v, DevRows g, DevRows beta, DevRows out,
                     DevState state_in, DevState state_out, int64_t n_k_heads, int64_t n_v_heads,
                     int64_t d, const GdnFusion& fusion, cudaStream_t s);
+// Whether gdn_recurrence can write codes out (GdnFusion::codes_act) for these heads: d = 128
+// and a head's value columns on at most 8 CTAs (one cluster), as its launch splits them.
+bool gdn_codes_out_ok(int64_t n_v_heads, int64_t d);
 
 // NeoX RoPE in place on the first n_rot dims of every head of x, row t at position pos0 + t.
 void rope(DevRows x, int64_t head_dim, int64_t n_rot, float theta, Pos pos0, cudaStream_t s);

@@ -45,8 +45,9 @@
 //     dp4a: act[block][t*8 + k] = the codes q[32t+8b+k] for b = 0..3 as int8x4.
 //   meta[block] = {d_x, sum q}.
 //
-// Quantisation (quantize_eighths, the one home of the formula, run by the quantise kernel of
-// the two-launch path and by the one-launch GEMV): a thread per eighth of a block (8
+// Quantisation (act_quantize.cuh's quantize_eighths, the one home of the formula, run by the
+// quantise kernel of the two-launch path, by the one-launch GEMV and by the kernels that hand
+// it codes): a thread per eighth of a block (8
 // consecutive elements; the GEMV's threads take two, interleaved), the sixteen eighths of a
 // block on sixteen aligned lanes. amax over the
 // block (four shuffles), d = amax / 127 (IEEE division), q = roundf(v / d) (0 when d = 0), sum
@@ -70,8 +71,6 @@
 // The two-launch product kernel (q1_kernel) holds rpc row tiles per CTA and strides over row
 // tile groups with the next step's loads issued before the current one is computed. The
 // one-launch GEMV (q1_gemv_kernel) is described at the kernel.
-#include <cfloat>
-
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -83,6 +82,7 @@
 #include <vector>
 
 #include "common/parallel.h"
+#include "cuda/act_quantize.cuh"
 #include "cuda/matmul.cuh"
 #include "quant/quant.h"
 
@@ -116,11 +116,6 @@ constexpr int cut_slices(int kQ) {
 }
 constexpr int kBatchTokensQ1 = 16;   // tokens per CTA of the batched kernel (weights reused)
 constexpr int kQuantizeBlocks = 16;  // blocks per CTA of the quantise kernel (16 threads each)
-
-struct alignas(8) ActMeta {
-  float d;  // activation scale of the block
-  int sum;  // sum of its codes
-};
 
 struct Q1Args {
   const uint4* bits;    // [n_tiles][n_quads][2][32]
@@ -440,173 +435,7 @@ __global__ void __launch_bounds__(32 * max_slices(kQ)) q1_kernel(Q1Args a) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Activation quantisation
-
-// Where float4 f of a staged activation vector sits in shared memory: 128-byte rows of 8
-// float4 (one quarter block each), the column XORed with the row (mod 8). Eight consecutive
-// staging threads store one row (a permutation of its 8 slots: no bank conflict), and eight
-// consecutive eighth threads reading float4 2u (or 2u + 1) hit rows r, r + 1 at columns
-// {0, 2, 4, 6} ^ r and ^ (r + 1): 8 different 16-byte slots (none).
-__device__ __forceinline__ int stage_pos(int f) {
-  return (f & ~7) | ((f ^ (f >> 3)) & 7);
-}
-
-// Low bytes of four words as one int8x4 word (a, b, c, d from the lowest byte up).
-__device__ __forceinline__ uint32_t pack_low_bytes(uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
-  return __byte_perm(__byte_perm(a, b, 0x0040), __byte_perm(c, d, 0x0040), 0x5410);
-}
-
-// The codes of an eighth of a block (8 elements; d = amax / 127 of its block) as 2 int8x4
-// words: byte e of w[k] = q[4k+e] = roundf(v[4k+e] / d) (0 when d = 0), as the CPU quantiser.
-//
-// Without 8 IEEE divisions (~10 instructions each): r = 1/d correctly rounded, t = v·r, and
-// rint(t) through the 1.5·2^23 trick (whose low mantissa byte is the two's complement code).
-// Why that equals roundf(v/d) unless t is within 2^-14 of a half-integer: for d in
-// [FLT_MIN, 2^125] (r normal), |v| <= amax and d = fl(amax/127) give |v/d| <= 127.0001, so
-// |t - v/d| <= |v/d|·(2^-24 + 2^-24 + 2^-48) < 2^-16 and |fl(v/d) - v/d| <= 2^-18 (half an ulp
-// below 128): t and fl(v/d) differ by < 2^-15. If t is more than 2^-14 from every half-integer,
-// fl(v/d) lies strictly on the same side of the same half-integers, so roundf(fl(v/d)) is the
-// integer nearest t, with no tie. Otherwise (or for d outside that range, 0, inf or NaN) it
-// returns true and the thread redoes its eight exactly (quantize_codes_exact). Checked on the
-// host against roundf(v/d) for 2.4e7 values (many of them exact half-integer quotients) and by
-// gdn ops' q1_quantize check against quant::quantize_activations_q8_128 on the GPU.
-__device__ __forceinline__ bool quantize_codes_fast(const float (&v)[8], float d,
-                                                    uint32_t (&w)[2]) {
-  constexpr float kMagic = 12582912.0f;         // 1.5 * 2^23
-  constexpr float kTieGuard = 0.5f - 0x1p-14f;  // |t - rint(t)| below this: not near a tie
-  const float r = __frcp_rn(d);
-  bool exact = !(d >= FLT_MIN && d <= 0x1p125f);
-#pragma unroll
-  for (int k = 0; k < 2; ++k) {
-    uint32_t m[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float t = __fmul_rn(v[4 * k + e], r);
-      const float rounded = __fadd_rn(t, kMagic);  // rint(t) in the low mantissa bits
-      exact |= !(fabsf(__fsub_rn(t, __fsub_rn(rounded, kMagic))) < kTieGuard);
-      m[e] = __float_as_uint(rounded);
-    }
-    w[k] = pack_low_bytes(m[0], m[1], m[2], m[3]);
-  }
-  return exact;
-}
-
-// The codes by IEEE division: quantize_codes_fast's fallback.
-__device__ __forceinline__ void quantize_codes_exact(const float (&v)[8], float d,
-                                                     uint32_t (&w)[2]) {
-#pragma unroll
-  for (int k = 0; k < 2; ++k) {
-    uint32_t q[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      q[e] = static_cast<uint32_t>(d == 0.0f ? 0 : static_cast<int>(roundf(v[4 * k + e] / d)));
-    }
-    w[k] = pack_low_bytes(q[0], q[1], q[2], q[3]);
-  }
-}
-
-// Transposes the 8x8 bit matrix in hi:lo (byte j = row j, bit c = column c) in place: byte c,
-// bit j (Hacker's Delight transpose8, on 32-bit halves).
-__device__ __forceinline__ void transpose8x8(uint32_t& lo, uint32_t& hi) {
-  uint32_t t = (lo ^ (lo >> 7)) & 0x00AA00AAu;
-  lo ^= t ^ (t << 7);
-  t = (hi ^ (hi >> 7)) & 0x00AA00AAu;
-  hi ^= t ^ (t << 7);
-  t = (lo ^ (lo >> 14)) & 0x0000CCCCu;
-  lo ^= t ^ (t << 14);
-  t = (hi ^ (hi >> 14)) & 0x0000CCCCu;
-  hi ^= t ^ (t << 14);
-  t = (lo ^ (hi << 4)) & 0xF0F0F0F0u;
-  lo ^= t;
-  hi ^= t >> 4;
-}
-
-// The 4x4 byte matrix held by lanes j = lane % 4 of each group of four (lane j: word x, byte c)
-// transposed: lane j returns the word whose byte m is byte j of lane m's x. Two butterfly steps
-// (partner lane ^ 1, then ^ 2), one shuffle and one byte permute each; all 32 lanes must call.
-__device__ __forceinline__ uint32_t transpose_bytes4(uint32_t x, int lane) {
-  const uint32_t y = __shfl_xor_sync(kFullMask, x, 1);
-  // lane j even: (x0, y0, x2, y2); odd: (y1, x1, y3, x3) -> lanes 2i, 2i+1 hold columns 0,2 / 1,3
-  const uint32_t z = __byte_perm(x, y, (lane & 1) ? 0x3715 : 0x6240);
-  const uint32_t w = __shfl_xor_sync(kFullMask, z, 2);
-  return __byte_perm(z, w, (lane & 2) ? 0x3276 : 0x5410);
-}
-
-// Quantises eighths u[0..N) of a staged vector, N independent chains interleaved phase by
-// phase so that one thread's shuffles and dependent arithmetic overlap (a chain is ~130
-// dependent instructions with 12 shuffles: one per thread left the prologue latency-bound).
-// Eighth u holds elements 8u..8u+7 (float4s 2u, 2u+1 at stage_pos) = element 32t + 8j.. of
-// block u / 16, with quarter t = (u / 4) % 4 and j = u % 4. The sixteen eighths of a block
-// must sit on sixteen aligned lanes (u[n] % 16 = lane % 16) and all 32 lanes must call it
-// (shuffles). Out: this lane's two activation words of each eighth for act[block][t*8 + j] and
-// act[block][t*8 + 4 + j], and the block's d and sum (on all sixteen lanes). The arithmetic of
-// an eighth does not depend on N.
-//   kPlanes (bmma): word g of quarter t is bit plane g of its 32 codes (bit i = bit g of code
-//     32t + i): each lane's 8 codes become 8 plane bytes by an 8x8 bit transpose, and the four
-//     lanes of a quarter swap bytes so that lane j holds planes j and 4 + j.
-//   else (dp4a): word k of quarter t holds the codes 32t + 8b + k for b = 0..3: the four lanes
-//     swap bytes of their code words directly.
-template <bool kPlanes, int N>
-__device__ __forceinline__ void quantize_eighths(const float4* stage, const int (&u)[N], int lane,
-                                                 uint32_t (&out)[N][2], float (&d)[N],
-                                                 int (&sum)[N]) {
-  float v[N][8], amax[N];
-#pragma unroll
-  for (int n = 0; n < N; ++n) {
-    const float4 f0 = stage[stage_pos(2 * u[n])], f1 = stage[stage_pos(2 * u[n] + 1)];
-    const float e8[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
-    amax[n] = 0.0f;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      v[n][e] = e8[e];
-      amax[n] = fmaxf(amax[n], fabsf(e8[e]));
-    }
-  }
-#pragma unroll
-  for (int o = 1; o < 16; o <<= 1) {
-#pragma unroll
-    for (int n = 0; n < N; ++n) amax[n] = fmaxf(amax[n], __shfl_xor_sync(kFullMask, amax[n], o));
-  }
-  uint32_t w[N][2];
-  bool slow[N];
-#pragma unroll
-  for (int n = 0; n < N; ++n) {
-    d[n] = amax[n] / 127.0f;  // fmaxf is exact in any order: every lane of the block has the same d
-    slow[n] = quantize_codes_fast(v[n], d[n], w[n]);
-  }
-#pragma unroll
-  for (int n = 0; n < N; ++n) {
-    if (slow[n]) quantize_codes_exact(v[n], d[n], w[n]);
-  }
-  int s[N];
-#pragma unroll
-  for (int n = 0; n < N; ++n) {
-    s[n] = __dp4a(static_cast<int>(w[n][1]), 0x01010101,
-                  __dp4a(static_cast<int>(w[n][0]), 0x01010101, 0));
-  }
-#pragma unroll
-  for (int o = 1; o < 16; o <<= 1) {
-#pragma unroll
-    for (int n = 0; n < N; ++n) s[n] += __shfl_xor_sync(kFullMask, s[n], o);  // integers: exact
-  }
-#pragma unroll
-  for (int n = 0; n < N; ++n) {
-    sum[n] = s[n];
-    if constexpr (kPlanes) transpose8x8(w[n][0], w[n][1]);  // byte c of w[c / 4]: plane c
-    out[n][0] = transpose_bytes4(w[n][0], lane);
-    out[n][1] = transpose_bytes4(w[n][1], lane);
-  }
-}
-
-// Stores eighth u's words and, from the block's first lane, its meta (act, meta: the vector's
-// first block).
-__device__ __forceinline__ void store_eighth(uint32_t* act, ActMeta* meta, int u,
-                                             const uint32_t (&w)[2], float d, int sum) {
-  uint32_t* dst = act + (u >> 4) * 32 + ((u >> 2) & 3) * 8 + (u & 3);
-  dst[0] = w[0];
-  dst[4] = w[1];
-  if ((u & 15) == 0) meta[u >> 4] = ActMeta{d, sum};
-}
+// Activation quantisation (the formula: act_quantize.cuh)
 
 // The two-launch path's quantise kernel. grid (ceil(n_blocks / 16), tokens), 256 threads: the
 // CTA stages 16 blocks of one token in shared memory (coalesced 16-byte loads when `vec`: the
@@ -1262,14 +1091,20 @@ Q1GemvArgs gemv_args(const FusedGemv& f) {
   }
   a.n_slots = slots;
   a.epi = epilogue_args(f);
-  a.pro = prologue_args(f);
+  // Codes of the whole of x in: its prologue ran where they were made (the GDN recurrence's
+  // codes out), so nothing is staged but the padding's zeros.
+  const bool all_in = int64_t(f.codes_in_blocks) * kBlock == f.w[0]->n_in;
+  FusedGemv staged = f;
+  if (all_in) staged.prologue = Prologue::None;
+  a.pro = prologue_args(staged);
   if (f.codes_in_blocks > 0) {
-    if (f.prologue != Prologue::None || !f.codes_act || !f.codes_meta ||
+    if ((f.prologue != Prologue::None && !all_in) || !f.codes_act || !f.codes_meta ||
         int64_t(f.codes_in_blocks) * kBlock > f.w[0]->n_in) {
       fail(
-          "cuda matmul q1_0 '{}': {} blocks of codes in need prologue none, both code buffers "
-          "and n_in >= {}",
-          f.w[0]->name, f.codes_in_blocks, int64_t(f.codes_in_blocks) * kBlock);
+          "cuda matmul q1_0 '{}': {} blocks of codes in need both code buffers, n_in >= {} and "
+          "prologue none unless they are all of x ({} blocks)",
+          f.w[0]->name, f.codes_in_blocks, int64_t(f.codes_in_blocks) * kBlock,
+          f.w[0]->n_in / kBlock);
     }
     a.act_in = f.codes_act;
     a.meta_in = static_cast<const ActMeta*>(f.codes_meta);

@@ -680,6 +680,20 @@ void add_fused_checks(Context& ctx, std::vector<Result>& out) {
   bonsai(Type::Q1_0, Prologue::RmsNorm, Epilogue::Store, 5120, {248320}, 0, "output");
 }
 
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Flips bit 0 of the first code word of `block` in a codes buffer ([blocks][32] words).
+void flip_code_bit(const DeviceBuffer& act, int64_t block, cudaStream_t s) {
+  uint32_t word = 0;
+  uint32_t* at = act.as<uint32_t>() + block * 32;
+  CUDA_CHECK(cudaMemcpyAsync(&word, at, 4, cudaMemcpyDeviceToHost, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  word ^= 1u;
+  CUDA_CHECK(cudaMemcpyAsync(at, &word, 4, cudaMemcpyHostToDevice, s));
+}
+
 // The codes hand-off (FusedGemv::codes_out, codes_in_blocks): a gate+up GEMV whose CTAs own
 // whole blocks of its output writes their activation codes, and the ffn_down GEMV after it
 // copies them instead of quantising those blocks. sms: the SMs the producer may use (fewer
@@ -749,16 +763,8 @@ void run_codes_case(Context& ctx, std::vector<Result>& out, const CodesCase& c) 
     return download(y, static_cast<size_t>(c.n_out + kPad), s);
   };
   const std::vector<float> y_plain = run_down(0), y = run_down(nb);
-  uint32_t word = 0;  // one code bit of the last handed-off block flipped
-  uint32_t* flip = act.as<uint32_t>() + int64_t(std::max(nb - 1, 0)) * 32;
-  CUDA_CHECK(cudaMemcpyAsync(&word, flip, 4, cudaMemcpyDeviceToHost, s));
-  CUDA_CHECK(cudaStreamSynchronize(s));
-  word ^= 1u;
-  CUDA_CHECK(cudaMemcpyAsync(flip, &word, 4, cudaMemcpyHostToDevice, s));
+  flip_code_bit(act, std::max(nb - 1, 0), s);  // one code bit of the last handed-off block
   const std::vector<float> y_flipped = run_down(nb);
-  const auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
-    return std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-  };
   const size_t n_mid = static_cast<size_t>(c.n_mid + kPad);
 
   Result r;
@@ -767,16 +773,155 @@ void run_codes_case(Context& ctx, std::vector<Result>& out, const CodesCase& c) 
                         c.sms > 0 ? fmt::format(" on {} SMs", c.sms) : "", nb, blocks);
   if (nb == 0) {
     r.detail = "no block handed off";
-  } else if (!same(download(mid, n_mid, s), download(mid_plain, n_mid, s))) {
+  } else if (!same_bits(download(mid, n_mid, s), download(mid_plain, n_mid, s))) {
     r.detail = "the producer's output changed";
-  } else if (!same(y, y_plain)) {
+  } else if (!same_bits(y, y_plain)) {
     r.detail = "the consumer's output differs from quantising x itself";
-  } else if (same(y_flipped, y_plain)) {
+  } else if (same_bits(y_flipped, y_plain)) {
     r.detail = "a flipped code bit changed nothing: the codes are not read";
   } else {
     r.passed = true;
   }
   out.push_back(r);
+}
+
+// The GDN recurrence's codes out (GdnFusion::codes_act): one decode token of Hv heads of
+// d = 128, then the ssm_out GEMV (HeadRmsNormMulGate, AddInto) of its output. Passes when the
+// recurrence's output and state are bitwise what they are without codes out, the GEMV that
+// copies all Hv blocks of codes bitwise equals the one that stages and quantises x itself, and
+// one flipped code bit changes its output (the codes are read). Cases where the recurrence
+// cannot (a head on more than 8 CTAs, two tokens) must be refused.
+struct GdnCodesCase {
+  int64_t Hk, Hv, n_out;
+};
+
+void run_gdn_codes_case(Context& ctx, std::vector<Result>& out, const GdnCodesCase& c) {
+  cudaStream_t s = ctx.stream();
+  constexpr int64_t d = 128, kPad = 3;
+  const int64_t qk = c.Hk * d, inner = c.Hv * d, n_state = c.Hv * d * d;
+  std::vector<uint8_t> st;
+  const GpuMatrix w =
+      upload_matrix(expand(random_matrix(ctx, Type::Q1_0, inner, c.n_out), "ssm_out", st), s);
+  const auto device = [&](const std::vector<float>& v, int64_t n) {
+    DeviceBuffer b(static_cast<size_t>(n) * sizeof(float));
+    CUDA_CHECK(cudaMemsetAsync(b.get(), 0xff, b.bytes(), s));
+    CUDA_CHECK(
+        cudaMemcpyAsync(b.get(), v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice, s));
+    return b;
+  };
+  const auto random = [&](int64_t n, float lo, float hi) {
+    return device(ctx.random(static_cast<size_t>(n), lo, hi), n);
+  };
+  // Finished inputs (no gating or L2 fusion): the hand-off does not depend on them.
+  const DeviceBuffer q = random(qk, -0.2f, 0.2f), k = random(qk, -0.2f, 0.2f),
+                     v = random(inner, -1.0f, 1.0f), g = random(c.Hv, -2.0f, -0.01f),
+                     beta = random(c.Hv, 0.05f, 0.95f), gate = random(inner, -1.0f, 1.0f),
+                     norm = random(d, 0.5f, 1.5f);
+  const std::vector<float> state0 = ctx.random(static_cast<size_t>(n_state));
+  const std::vector<float> residual = ctx.random(static_cast<size_t>(c.n_out));
+  const int64_t blocks = c.Hv;
+  DeviceBuffer act(static_cast<size_t>(blocks) * 128), meta(static_cast<size_t>(blocks) * 8);
+  CUDA_CHECK(cudaMemsetAsync(act.get(), 0xff, act.bytes(), s));
+  CUDA_CHECK(cudaMemsetAsync(meta.get(), 0xff, meta.bytes(), s));
+  const auto rows = [](const DeviceBuffer& b, int64_t n) { return vec_rows(b.as<float>(), n); };
+
+  // The recurrence from state0, with or without codes out: its output and final state.
+  const DeviceBuffer o_plain = device({}, inner + kPad), o = device({}, inner + kPad);
+  const auto recur = [&](const DeviceBuffer& o_buf, bool codes) {
+    DeviceBuffer state = device(state0, n_state);
+    GdnFusion f;
+    if (codes) {
+      f.codes_act = act.as<uint32_t>();
+      f.codes_meta = meta.get();
+      f.codes_gate = gate.as<float>();
+      f.codes_norm = norm.as<float>();
+      f.codes_eps = 1e-6f;
+    }
+    const DevState sd{state.get(), model::StateType::F32};
+    gdn_recurrence(rows(q, qk), rows(k, qk), rows(v, inner), rows(g, c.Hv), rows(beta, c.Hv),
+                   rows(o_buf, inner), sd, sd, c.Hk, c.Hv, d, f, s);
+    return download(state, static_cast<size_t>(n_state), s);
+  };
+  const std::vector<float> state_plain = recur(o_plain, false), state = recur(o, true);
+
+  FusedGemv f;
+  f.prologue = Prologue::HeadRmsNormMulGate;
+  f.epilogue = Epilogue::AddInto;
+  f.x = o.as<float>();
+  f.gate = gate.as<float>();
+  f.norm = norm.as<float>();
+  f.head_dim = d;
+  f.eps = 1e-6f;
+  f.n = 1;
+  f.w[0] = &w;
+  f.codes_act = act.as<uint32_t>();
+  f.codes_meta = meta.get();
+  const auto run_out = [&](int codes_in_blocks) {
+    DeviceBuffer y = device(residual, c.n_out + kPad);
+    f.y[0] = y.as<float>();
+    f.codes_in_blocks = codes_in_blocks;
+    matmul_fused(f, s);
+    return download(y, static_cast<size_t>(c.n_out + kPad), s);
+  };
+  const std::vector<float> y_plain = run_out(0), y = run_out(static_cast<int>(blocks));
+  flip_code_bit(act, blocks - 1, s);
+  const std::vector<float> y_flipped = run_out(static_cast<int>(blocks));
+  const size_t n_o = static_cast<size_t>(inner + kPad);
+
+  Result r;
+  r.op = "matmul_fused_q1_0_gdn_codes";
+  r.shape = fmt::format("Hk={} Hv={} d={} -> ssm_out {}->{}: {} blocks handed off", c.Hk, c.Hv,
+                        d, inner, c.n_out, blocks);
+  if (!same_bits(download(o, n_o, s), download(o_plain, n_o, s)) ||
+      !same_bits(state, state_plain)) {
+    r.detail = "the recurrence's output or state changed";
+  } else if (!same_bits(y, y_plain)) {
+    r.detail = "ssm_out on the codes differs from staging and quantising x itself";
+  } else if (same_bits(y_flipped, y_plain)) {
+    r.detail = "a flipped code bit changed nothing: the codes are not read";
+  } else {
+    r.passed = true;
+  }
+  out.push_back(r);
+}
+
+// The recurrence refuses codes out it cannot write: a head on more than 8 CTAs (few heads),
+// two tokens, d other than 128, no meta buffer.
+void add_gdn_codes_refusals(Context& ctx, std::vector<Result>& out) {
+  cudaStream_t s = ctx.stream();
+  DeviceBuffer buf(size_t(1) << 22);
+  float* p = buf.as<float>();
+  struct Refusal {
+    const char* what;
+    int64_t T, Hk, Hv, d;
+    bool meta;
+  };
+  const Refusal cases[] = {{"a head on 16 CTAs", 1, 2, 4, 128, true},
+                           {"two tokens", 2, 16, 48, 128, true},
+                           {"d 64", 1, 16, 48, 64, true},
+                           {"no meta", 1, 16, 48, 128, false}};
+  for (const Refusal& rc : cases) {
+    const int64_t qk = rc.Hk * rc.d, inner = rc.Hv * rc.d;
+    const DevRows q{p, rc.T, qk, qk}, v{p, rc.T, inner, inner}, gv{p, rc.T, rc.Hv, rc.Hv};
+    const DevRows o{p + 2 * rc.T * inner, rc.T, inner, inner};
+    const DevState sd{p + 4 * rc.T * inner, model::StateType::F32};
+    GdnFusion f;
+    f.codes_act = reinterpret_cast<uint32_t*>(p);
+    f.codes_meta = rc.meta ? p : nullptr;
+    f.codes_gate = p;
+    f.codes_norm = p;
+    Result r;
+    r.op = "matmul_fused_q1_0_gdn_codes_refuses";
+    r.shape = rc.what;
+    try {
+      gdn_recurrence(q, q, v, gv, gv, o, sd, sd, rc.Hk, rc.Hv, rc.d, f, s);
+      CUDA_CHECK(cudaStreamSynchronize(s));
+      r.detail = "accepted";
+    } catch (const Error&) {
+      r.passed = true;
+    }
+    out.push_back(r);
+  }
 }
 
 // Every way matmul_fused must refuse, with its message naming the matrices.
@@ -967,6 +1112,12 @@ void add_matmul_fused_checks(Context& ctx, std::vector<Result>& out) {
                              CodesCase{6144, 1408, 333, 3}}) {
     run_codes_case(ctx, out, c);
   }
+  // Bonsai-27B's recurrence -> ssm_out (a head on 8 CTAs of 16 columns on 132 SMs), and 80
+  // heads (4 CTAs of 32 columns a head).
+  for (const GdnCodesCase& c : {GdnCodesCase{16, 48, 5120}, GdnCodesCase{16, 80, 333}}) {
+    run_gdn_codes_case(ctx, out, c);
+  }
+  add_gdn_codes_refusals(ctx, out);
 }
 
 }  // namespace

@@ -191,7 +191,7 @@ __device__ void hand_off_codes(const GdnArgs& a, int h, int j, bool writes, floa
   const float4 x = head[lane];  // elements 4·lane.. of the head
   const float* g = a.codes_gate + int64_t(h) * kCodesD + 4 * lane;
   const float* w = a.codes_norm + 4 * lane;
-  constexpr mm::Prologue P = mm::Prologue::HeadRmsNormMulGate;
+  constexpr model::Prologue P = model::Prologue::HeadRmsNormMulGate;
   const float4 p = make_float4(mm::prologue_value<P>(x.x, g[0], w[0], scale),
                                mm::prologue_value<P>(x.y, g[1], w[1], scale),
                                mm::prologue_value<P>(x.z, g[2], w[2], scale),

@@ -189,4 +189,20 @@ __device__ __forceinline__ void store_eighth(uint32_t* act, ActMeta* meta, int u
   if ((u & 15) == 0) meta[u >> 4] = ActMeta{d, sum};
 }
 
+// Quantises n_blocks (1 or 2) blocks staged at stage_pos from stage[0] with one warp (all 32
+// lanes call it: eighth u on lane u; past the blocks, lanes repeat the first block's eighths)
+// and stores their codes as blocks block0.. of act / meta: the codes out of the kernels that
+// hand a GEMV its input (gdn.cu, attention.cu).
+__device__ __forceinline__ void quantise_staged_blocks(const float4* stage, int n_blocks, int lane,
+                                                       uint32_t* act, ActMeta* meta,
+                                                       int64_t block0) {
+  const int n = 16 * n_blocks;
+  const int u[1] = {lane < n ? lane : lane & 15};
+  uint32_t words[1][2];
+  float d[1];
+  int sum[1];
+  quantize_eighths<true, 1>(stage, u, lane, words, d, sum);
+  if (lane < n) store_eighth(act + block0 * 32, meta + block0, lane, words[0], d[0], sum[0]);
+}
+
 }  // namespace gdn::cuda::mm

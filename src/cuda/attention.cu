@@ -48,7 +48,9 @@
 #include <cmath>
 #include <utility>
 
+#include "cuda/act_quantize.cuh"
 #include "cuda/kernel_util.cuh"
+#include "cuda/matmul.cuh"
 #include "cuda/norm.cuh"
 #include "model/fusion.h"
 
@@ -226,6 +228,7 @@ struct AttnArgs {
   int64_t pos0;
   const int32_t* pos_dev;  // if set, the position is read here at run time (graphs)
   float scale;             // 1/√D
+  CodesOut codes;          // attention()'s codes out (one token)
 };
 
 // Merges n partial softmax states (m_i, l_i, o_i): with M = max m_i (finite: some part holds
@@ -252,6 +255,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a) {
   namespace cg = cooperative_groups;
   __shared__ float s_m[kAttnWarps], s_l[kAttnWarps], s_o[kAttnWarps][32 * kDims];
   __shared__ float c_m, c_l, c_o[32 * kDims];  // this CTA's merged partial
+  __shared__ float4 s_stage[kMaxHeadDim / 4];    // codes out: p(out) of the head, at stage_pos
 
   detail::pdl_launch_dependents();
   const cg::cluster_group cluster = cg::this_cluster();
@@ -283,6 +287,11 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a) {
   detail::pdl_wait();
 
   const float* qh = row_ptr(a.q, t) + int64_t(h) * D;
+  // Codes out: the first CTA's gate element of its thread, fetched with q (after the keys it
+  // would be one more round trip on the hand-off's path).
+  const bool codes = a.codes.act != nullptr;
+  const float gate = codes && rank == 0 && threadIdx.x < D ? a.codes.gate[int64_t(h) * D + threadIdx.x]
+                                                           : 0.0f;
   float qr[kDims], o[kDims];
 #pragma unroll
   for (int m = 0; m < kDims; ++m) {
@@ -358,7 +367,20 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a) {
           n_split, [&](int r) { return *cluster.map_shared_rank(&c_m, r); },
           [&](int r) { return *cluster.map_shared_rank(&c_l, r); },
           [&](int r) { return cluster.map_shared_rank(c_o, r)[i]; }, l, oi);
-      oh[i] = oi / l;
+      const float y = oi / l;
+      oh[i] = y;
+      if (codes) {  // attn_output's MulGate prologue, p = out·gate, staged as its GEMV stages it
+        reinterpret_cast<float*>(s_stage)[4 * mm::stage_pos(i >> 2) + (i & 3)] =
+            mm::prologue_value<model::Prologue::MulGate>(y, gate, 0.0f, 0.0f);
+      }
+    }
+    if (codes) {  // the head's D / 128 blocks quantised by warp 0 (mm::quantise_staged_blocks)
+      __syncthreads();
+      const int blocks = D / 128;
+      if (warp == 0) {
+        mm::quantise_staged_blocks(s_stage, blocks, lane, a.codes.act,
+                                   static_cast<mm::ActMeta*>(a.codes.meta), int64_t(h) * blocks);
+      }
     }
   }
   cluster.sync();  // the first CTA has read every CTA's shared memory before any exits
@@ -438,8 +460,13 @@ void attn_prep(const AttnPrep& p, DevRows qg, DevRows k, DevRows v, DevRows q, D
   CUDA_CHECK_LAUNCH();
 }
 
+bool attn_codes_out_ok(int64_t head_dim) {
+  return head_dim % 128 == 0 && head_dim <= kMaxHeadDim;
+}
+
 void attention(DevRows q, const float* k_cache, const float* v_cache, DevRows out, int64_t n_head,
-               int64_t n_head_kv, int64_t head_dim, Pos pos, cudaStream_t s) {
+               int64_t n_head_kv, int64_t head_dim, Pos pos, cudaStream_t s,
+               const CodesOut& codes) {
   // The split is sized by pos.plan() (the bound when given); CTAs whose share of keys is
   // empty merge as empty parts.
   const int64_t pos0 = pos.host;
@@ -454,6 +481,13 @@ void attention(DevRows q, const float* k_cache, const float* v_cache, DevRows ou
         "at position {}",
         q.rows, q.cols, n_head, n_head_kv, head_dim, kMaxHeadDim, pos0);
   }
+  if (codes.act != nullptr &&
+      (!attn_codes_out_ok(head_dim) || q.rows != 1 || codes.meta == nullptr || codes.gate == nullptr)) {
+    fail(
+        "cuda attention: codes out need one token (got {}), D a multiple of 128 up to {} (got "
+        "{}), meta and gate set",
+        q.rows, kMaxHeadDim, head_dim);
+  }
   const AttnArgs a{q,
                    out,
                    k_cache,
@@ -464,7 +498,8 @@ void attention(DevRows q, const float* k_cache, const float* v_cache, DevRows ou
                    static_cast<int>(n_head_kv * head_dim),
                    pos0,
                    pos.device,
-                   static_cast<float>(1.0 / std::sqrt(double(head_dim)))};
+                   static_cast<float>(1.0 / std::sqrt(double(head_dim))),
+                   codes};
   // The key split: doubled while the grid is under two CTAs per SM and every CTA keeps at
   // least kMinSplitKeys of the longest row's keys.
   const int64_t pairs = q.rows * n_head, max_kv = pos.plan() + q.rows;

@@ -785,23 +785,27 @@ void run_codes_case(Context& ctx, std::vector<Result>& out, const CodesCase& c) 
   out.push_back(r);
 }
 
-// The GDN recurrence's codes out (GdnFusion::codes_act): one decode token of Hv heads of
-// d = 128, then the ssm_out GEMV (HeadRmsNormMulGate, AddInto) of its output. Passes when the
-// recurrence's output and state are bitwise what they are without codes out, the GEMV that
-// copies all Hv blocks of codes bitwise equals the one that stages and quantises x itself, and
-// one flipped code bit changes its output (the codes are read). Cases where the recurrence
-// cannot (a head on more than 8 CTAs, two tokens) must be refused.
-struct GdnCodesCase {
-  int64_t Hk, Hv, n_out;
+// Codes out of the kernels before ssm_out and attn_output (CodesOut): one decode token of the
+// GDN recurrence (Hv heads of d = 128) or of attention (H heads of D, n_kv keys), then the
+// GEMV of its output with that GEMV's prologue (HeadRmsNormMulGate / MulGate) and AddInto.
+// Passes when the kernel's output (and the recurrence's state) is bitwise what it is without
+// codes out, the GEMV that copies all of x's codes bitwise equals the one that stages and
+// quantises x itself, and one flipped code bit changes its output (the codes are read).
+struct CodesOutCase {
+  bool gdn;           // else attention
+  int64_t Hk, H, d;   // GDN: key heads, value heads, d; attention: kv heads, q heads, D
+  int64_t n_kv;       // attention: keys (a split of several CTAs from 2 * 8 * 128)
+  int64_t n_out;
 };
 
-void run_gdn_codes_case(Context& ctx, std::vector<Result>& out, const GdnCodesCase& c) {
+void run_codes_out_case(Context& ctx, std::vector<Result>& out, const CodesOutCase& c) {
   cudaStream_t s = ctx.stream();
-  constexpr int64_t d = 128, kPad = 3;
-  const int64_t qk = c.Hk * d, inner = c.Hv * d, n_state = c.Hv * d * d;
+  constexpr int64_t kPad = 3;
+  const int64_t qk = c.Hk * c.d, inner = c.H * c.d, n_state = c.H * c.d * c.d;
   std::vector<uint8_t> st;
-  const GpuMatrix w =
-      upload_matrix(expand(random_matrix(ctx, Type::Q1_0, inner, c.n_out), "ssm_out", st), s);
+  const GpuMatrix w = upload_matrix(
+      expand(random_matrix(ctx, Type::Q1_0, inner, c.n_out), c.gdn ? "ssm_out" : "attn_output", st),
+      s);
   const auto device = [&](const std::vector<float>& v, int64_t n) {
     DeviceBuffer b(static_cast<size_t>(n) * sizeof(float));
     CUDA_CHECK(cudaMemsetAsync(b.get(), 0xff, b.bytes(), s));
@@ -812,71 +816,79 @@ void run_gdn_codes_case(Context& ctx, std::vector<Result>& out, const GdnCodesCa
   const auto random = [&](int64_t n, float lo, float hi) {
     return device(ctx.random(static_cast<size_t>(n), lo, hi), n);
   };
+  const auto rows = [](const DeviceBuffer& b, int64_t n) { return vec_rows(b.as<float>(), n); };
   // Finished inputs (no gating or L2 fusion): the hand-off does not depend on them.
-  const DeviceBuffer q = random(qk, -0.2f, 0.2f), k = random(qk, -0.2f, 0.2f),
-                     v = random(inner, -1.0f, 1.0f), g = random(c.Hv, -2.0f, -0.01f),
-                     beta = random(c.Hv, 0.05f, 0.95f), gate = random(inner, -1.0f, 1.0f),
-                     norm = random(d, 0.5f, 1.5f);
-  const std::vector<float> state0 = ctx.random(static_cast<size_t>(n_state));
+  const DeviceBuffer q = random(c.gdn ? qk : inner, -0.2f, 0.2f), k = random(qk, -0.2f, 0.2f),
+                     v = random(inner, -1.0f, 1.0f), g = random(c.H, -2.0f, -0.01f),
+                     beta = random(c.H, 0.05f, 0.95f), gate = random(inner, -1.0f, 1.0f),
+                     norm = random(c.d, 0.5f, 1.5f);
+  const int64_t cache = c.gdn ? 1 : c.n_kv * qk;
+  const DeviceBuffer k_cache = random(cache, -1.0f, 1.0f), v_cache = random(cache, -1.0f, 1.0f);
+  const std::vector<float> state0 = ctx.random(static_cast<size_t>(c.gdn ? n_state : 1));
   const std::vector<float> residual = ctx.random(static_cast<size_t>(c.n_out));
-  const int64_t blocks = c.Hv;
+  const int64_t blocks = inner / 128;
   DeviceBuffer act(static_cast<size_t>(blocks) * 128), meta(static_cast<size_t>(blocks) * 8);
   CUDA_CHECK(cudaMemsetAsync(act.get(), 0xff, act.bytes(), s));
   CUDA_CHECK(cudaMemsetAsync(meta.get(), 0xff, meta.bytes(), s));
-  const auto rows = [](const DeviceBuffer& b, int64_t n) { return vec_rows(b.as<float>(), n); };
 
-  // The recurrence from state0, with or without codes out: its output and final state.
+  // The kernel with or without codes out: its output (and the recurrence's final state).
   const DeviceBuffer o_plain = device({}, inner + kPad), o = device({}, inner + kPad);
-  const auto recur = [&](const DeviceBuffer& o_buf, bool codes) {
+  const auto run_kernel = [&](const DeviceBuffer& o_buf, bool with_codes) {
+    CodesOut codes;
+    if (with_codes) {
+      codes = {act.as<uint32_t>(), meta.get(), gate.as<float>(), c.gdn ? norm.as<float>() : nullptr,
+               1e-6f};
+    }
+    if (!c.gdn) {
+      attention(rows(q, inner), k_cache.as<float>(), v_cache.as<float>(), rows(o_buf, inner), c.H,
+                c.Hk, c.d, c.n_kv - 1, s, codes);
+      return std::vector<float>{};
+    }
     DeviceBuffer state = device(state0, n_state);
     GdnFusion f;
-    if (codes) {
-      f.codes_act = act.as<uint32_t>();
-      f.codes_meta = meta.get();
-      f.codes_gate = gate.as<float>();
-      f.codes_norm = norm.as<float>();
-      f.codes_eps = 1e-6f;
-    }
+    f.codes = codes;
     const DevState sd{state.get(), model::StateType::F32};
-    gdn_recurrence(rows(q, qk), rows(k, qk), rows(v, inner), rows(g, c.Hv), rows(beta, c.Hv),
-                   rows(o_buf, inner), sd, sd, c.Hk, c.Hv, d, f, s);
+    gdn_recurrence(rows(q, qk), rows(k, qk), rows(v, inner), rows(g, c.H), rows(beta, c.H),
+                   rows(o_buf, inner), sd, sd, c.Hk, c.H, c.d, f, s);
     return download(state, static_cast<size_t>(n_state), s);
   };
-  const std::vector<float> state_plain = recur(o_plain, false), state = recur(o, true);
+  const std::vector<float> state_plain = run_kernel(o_plain, false), state = run_kernel(o, true);
 
   FusedGemv f;
-  f.prologue = Prologue::HeadRmsNormMulGate;
+  f.prologue = c.gdn ? Prologue::HeadRmsNormMulGate : Prologue::MulGate;
   f.epilogue = Epilogue::AddInto;
   f.x = o.as<float>();
   f.gate = gate.as<float>();
-  f.norm = norm.as<float>();
-  f.head_dim = d;
-  f.eps = 1e-6f;
+  if (c.gdn) {
+    f.norm = norm.as<float>();
+    f.head_dim = c.d;
+    f.eps = 1e-6f;
+  }
   f.n = 1;
   f.w[0] = &w;
   f.codes_act = act.as<uint32_t>();
   f.codes_meta = meta.get();
-  const auto run_out = [&](int codes_in_blocks) {
+  const auto run_gemv = [&](int codes_in_blocks) {
     DeviceBuffer y = device(residual, c.n_out + kPad);
     f.y[0] = y.as<float>();
     f.codes_in_blocks = codes_in_blocks;
     matmul_fused(f, s);
     return download(y, static_cast<size_t>(c.n_out + kPad), s);
   };
-  const std::vector<float> y_plain = run_out(0), y = run_out(static_cast<int>(blocks));
+  const std::vector<float> y_plain = run_gemv(0), y = run_gemv(static_cast<int>(blocks));
   flip_code_bit(act, blocks - 1, s);
-  const std::vector<float> y_flipped = run_out(static_cast<int>(blocks));
+  const std::vector<float> y_flipped = run_gemv(static_cast<int>(blocks));
   const size_t n_o = static_cast<size_t>(inner + kPad);
 
   Result r;
-  r.op = "matmul_fused_q1_0_gdn_codes";
-  r.shape = fmt::format("Hk={} Hv={} d={} -> ssm_out {}->{}: {} blocks handed off", c.Hk, c.Hv,
-                        d, inner, c.n_out, blocks);
-  if (!same_bits(download(o, n_o, s), download(o_plain, n_o, s)) ||
-      !same_bits(state, state_plain)) {
-    r.detail = "the recurrence's output or state changed";
+  r.op = c.gdn ? "matmul_fused_q1_0_gdn_codes" : "matmul_fused_q1_0_attn_codes";
+  r.shape = c.gdn ? fmt::format("Hk={} Hv={} d={}", c.Hk, c.H, c.d)
+                  : fmt::format("H={} Hkv={} D={} n_kv={}", c.H, c.Hk, c.d, c.n_kv);
+  r.shape += fmt::format(" -> {}->{}: {} blocks handed off", inner, c.n_out, blocks);
+  if (!same_bits(download(o, n_o, s), download(o_plain, n_o, s)) || state != state_plain) {
+    r.detail = "the kernel's output or state changed";
   } else if (!same_bits(y, y_plain)) {
-    r.detail = "ssm_out on the codes differs from staging and quantising x itself";
+    r.detail = "the GEMV on the codes differs from staging and quantising x itself";
   } else if (same_bits(y_flipped, y_plain)) {
     r.detail = "a flipped code bit changed nothing: the codes are not read";
   } else {
@@ -885,36 +897,44 @@ void run_gdn_codes_case(Context& ctx, std::vector<Result>& out, const GdnCodesCa
   out.push_back(r);
 }
 
-// The recurrence refuses codes out it cannot write: a head on more than 8 CTAs (few heads),
-// two tokens, d other than 128, no meta buffer.
-void add_gdn_codes_refusals(Context& ctx, std::vector<Result>& out) {
+// The codes out the recurrence or attention cannot write are refused: a head on more than 8
+// CTAs (few value heads), two tokens, a head of 64, no meta buffer, no gate.
+void add_codes_out_refusals(Context& ctx, std::vector<Result>& out) {
   cudaStream_t s = ctx.stream();
-  DeviceBuffer buf(size_t(1) << 22);
+  DeviceBuffer buf(size_t(1) << 24);
   float* p = buf.as<float>();
   struct Refusal {
     const char* what;
-    int64_t T, Hk, Hv, d;
-    bool meta;
+    bool gdn;
+    int64_t T, Hk, H, d;
+    bool meta, gate;
   };
-  const Refusal cases[] = {{"a head on 16 CTAs", 1, 2, 4, 128, true},
-                           {"two tokens", 2, 16, 48, 128, true},
-                           {"d 64", 1, 16, 48, 64, true},
-                           {"no meta", 1, 16, 48, 128, false}};
+  const Refusal cases[] = {{"gdn: a head on 16 CTAs", true, 1, 2, 4, 128, true, true},
+                           {"gdn: two tokens", true, 2, 16, 48, 128, true, true},
+                           {"gdn: d 64", true, 1, 16, 48, 64, true, true},
+                           {"gdn: no meta", true, 1, 16, 48, 128, false, true},
+                           {"attention: two tokens", false, 2, 4, 24, 256, true, true},
+                           {"attention: D 64", false, 1, 4, 24, 64, true, true},
+                           {"attention: no gate", false, 1, 4, 24, 256, true, false}};
   for (const Refusal& rc : cases) {
-    const int64_t qk = rc.Hk * rc.d, inner = rc.Hv * rc.d;
-    const DevRows q{p, rc.T, qk, qk}, v{p, rc.T, inner, inner}, gv{p, rc.T, rc.Hv, rc.Hv};
+    const int64_t qk = rc.Hk * rc.d, inner = rc.H * rc.d;
+    const DevRows q{p, rc.T, rc.gdn ? qk : inner, rc.gdn ? qk : inner};
+    const DevRows v{p, rc.T, inner, inner}, gv{p, rc.T, rc.H, rc.H};
     const DevRows o{p + 2 * rc.T * inner, rc.T, inner, inner};
-    const DevState sd{p + 4 * rc.T * inner, model::StateType::F32};
-    GdnFusion f;
-    f.codes_act = reinterpret_cast<uint32_t*>(p);
-    f.codes_meta = rc.meta ? p : nullptr;
-    f.codes_gate = p;
-    f.codes_norm = p;
+    const CodesOut codes{reinterpret_cast<uint32_t*>(p), rc.meta ? p : nullptr,
+                         rc.gate ? p : nullptr, p, 0.0f};
     Result r;
-    r.op = "matmul_fused_q1_0_gdn_codes_refuses";
+    r.op = "matmul_fused_q1_0_codes_out_refuses";
     r.shape = rc.what;
     try {
-      gdn_recurrence(q, q, v, gv, gv, o, sd, sd, rc.Hk, rc.Hv, rc.d, f, s);
+      if (rc.gdn) {
+        GdnFusion f;
+        f.codes = codes;
+        const DevState sd{p + 4 * rc.T * inner, model::StateType::F32};
+        gdn_recurrence(q, q, v, gv, gv, o, sd, sd, rc.Hk, rc.H, rc.d, f, s);
+      } else {
+        attention(q, p, p, o, rc.H, rc.Hk, rc.d, 0, s, codes);
+      }
       CUDA_CHECK(cudaStreamSynchronize(s));
       r.detail = "accepted";
     } catch (const Error&) {
@@ -1112,12 +1132,16 @@ void add_matmul_fused_checks(Context& ctx, std::vector<Result>& out) {
                              CodesCase{6144, 1408, 333, 3}}) {
     run_codes_case(ctx, out, c);
   }
-  // Bonsai-27B's recurrence -> ssm_out (a head on 8 CTAs of 16 columns on 132 SMs), and 80
-  // heads (4 CTAs of 32 columns a head).
-  for (const GdnCodesCase& c : {GdnCodesCase{16, 48, 5120}, GdnCodesCase{16, 80, 333}}) {
-    run_gdn_codes_case(ctx, out, c);
+  // Bonsai-27B's recurrence -> ssm_out (a head on 8 CTAs of 16 columns on 132 SMs) and 80
+  // heads (4 CTAs of 32 columns a head); its attention -> attn_output with a cluster of 8 CTAs
+  // (2100 keys) and of one (5 keys), and heads of 128.
+  for (const CodesOutCase& c :
+       {CodesOutCase{true, 16, 48, 128, 0, 5120}, CodesOutCase{true, 16, 80, 128, 0, 333},
+        CodesOutCase{false, 4, 24, 256, 2100, 5120}, CodesOutCase{false, 4, 24, 256, 5, 333},
+        CodesOutCase{false, 2, 6, 128, 300, 77}}) {
+    run_codes_out_case(ctx, out, c);
   }
-  add_gdn_codes_refusals(ctx, out);
+  add_codes_out_refusals(ctx, out);
 }
 
 }  // namespace

@@ -414,7 +414,8 @@ int CudaExecutor::launch(const model::Step& s, ProgramMem& pm, std::span<const i
       return 1;
     case Op::Attention:
       attention(in(0), layer(slot.k), layer(slot.v), out(), hp.n_head, hp.n_head_kv, s.head_dim,
-                position(slot, in(0).rows), st);
+                position(slot, in(0).rows), st,
+                codes_out_for(s, pm, model::Prologue::MulGate, attn_codes_out_ok(s.head_dim)));
       return 1;
     case Op::CopyRows:
       copy_rows(in(0), s.row0, out(), st);
@@ -463,7 +464,8 @@ int CudaExecutor::recurrence(const model::Step& s, ProgramMem& pm, Slot& slot, c
   }
   f.l2norm = s.fuse_l2norm;
   f.l2_eps = s.eps;
-  link_gdn_codes(s, pm, f);
+  f.codes = codes_out_for(s, pm, model::Prologue::HeadRmsNormMulGate,
+                          gdn_codes_out_ok(hp.ssm_n_v_heads, s.head_dim));
   gdn_recurrence(in(0), in(1), in(2), in(3), in(4), view(pm, s.out), st_in, st_out,
                  hp.ssm_n_k_heads, hp.ssm_n_v_heads, s.head_dim, f, st);
   return 1;
@@ -601,26 +603,24 @@ const model::Step* CudaExecutor::codes_consumer(const model::Step& s, ProgramMem
   return &next;
 }
 
-// When a one-token recurrence's output feeds ssm_out's fused GEMV (HeadRmsNormMulGate, rung
-// norm-gemv-fused) with one 128-element block per head, the recurrence also writes that GEMV's
-// input codes (GdnFusion::codes_act: its prologue and quantiser in the first CTA of each
-// head's cluster) and the GEMV copies them: bit-identical. The GEMV's prologue had staged the
-// head norms and gates and quantised all of x in each of its CTAs: ~4.6 of its ~7 µs after
-// the wait (bench/gemv_lab timeline, H200, 2026-12-02).
-void CudaExecutor::link_gdn_codes(const model::Step& s, ProgramMem& pm, GdnFusion& f) {
-  const model::Step* next = codes_consumer(s, pm, s.out, model::Prologue::HeadRmsNormMulGate);
-  const model::HParams& hp = model_.hp;
-  if (next == nullptr || view(pm, s.out).rows != 1 || next->head_dim != s.head_dim ||
-      !gdn_codes_out_ok(hp.ssm_n_v_heads, s.head_dim)) {
-    return;
+// When the step after s (a one-token recurrence or attention) is the Q1_0 GEMV of its output
+// with this prologue (ssm_out's HeadRmsNormMulGate, on heads as long as s's, or attn_output's
+// MulGate: rung norm-gemv-fused), and s can write that GEMV's codes (ok), the codes s writes
+// for it; the GEMV then copies them (FusedGemv::codes_in_blocks = all of x): bit-identical.
+// Its prologue had staged and quantised all of x in each of its CTAs; for ssm_out ~4.6 of its
+// ~7 µs after the wait (bench/gemv_lab timeline, H200, 2026-12-02).
+CodesOut CudaExecutor::codes_out_for(const model::Step& s, ProgramMem& pm,
+                                     model::Prologue prologue, bool ok) {
+  const model::Step* next = codes_consumer(s, pm, s.out, prologue);
+  const DevRows out = view(pm, s.out);
+  if (next == nullptr || !ok || out.rows != 1 || out.cols % 128 != 0 ||
+      (model::prologue_head_normed(prologue) && next->head_dim != s.head_dim)) {
+    return {};
   }
-  f.codes_act = codes_act_.as<uint32_t>();
-  f.codes_meta = codes_meta_.get();
-  f.codes_gate = view(pm, next->in[1]).data;
-  f.codes_norm = vec(next->vec);
-  f.codes_eps = next->eps;
   codes_next_ = next;
-  codes_next_blocks_ = static_cast<int>(hp.ssm_n_v_heads);
+  codes_next_blocks_ = static_cast<int>(out.cols / 128);
+  return {codes_act_.as<uint32_t>(), codes_meta_.get(), view(pm, next->in[1]).data,
+          next->vec ? vec(next->vec) : nullptr, next->eps};
 }
 
 namespace {

@@ -105,15 +105,15 @@ class CudaExecutor : public runtime::Executor {
   std::vector<float> embed_host_;  // embedding rows gathered on the host (see step())
   PinnedBuffer logits_host_;       // the last forward's logits (forward_view's result)
   // The activation codes a step writes for the Q1_0 GEMV right after it (a gate+up GEMV for
-  // ffn_down: link_codes; the GDN recurrence for ssm_out: link_gdn_codes), that GEMV's step
-  // and its blocks of codes.
+  // ffn_down: link_codes; the GDN recurrence for ssm_out and attention for attn_output:
+  // codes_out_for), that GEMV's step and its blocks of codes.
   DeviceBuffer codes_act_, codes_meta_;
   const model::Step* codes_next_ = nullptr;
   int codes_next_blocks_ = 0;
   const model::Step* codes_consumer(const model::Step& s, ProgramMem& pm, const model::View& y,
                                     model::Prologue prologue) const;
   void link_codes(const model::Step& s, ProgramMem& pm, FusedGemv& f);
-  void link_gdn_codes(const model::Step& s, ProgramMem& pm, GdnFusion& f);
+  CodesOut codes_out_for(const model::Step& s, ProgramMem& pm, model::Prologue prologue, bool ok);
   std::map<std::tuple<int64_t, bool, int, model::Rungs, int>, Graph> graphs_;
   DeviceBuffer pos_dev_;    // int32 position read by graph-captured kernels
   int32_t pos_host_ = 0;    // its source for the copy before each replay

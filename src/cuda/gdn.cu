@@ -113,12 +113,7 @@ struct GdnArgs {
   int n_k_heads, d;
   float q_scale;  // 1/√d
   float l2_eps;   // the fused L2 norm's eps (kL2 instantiations)
-  // Codes out (GdnFusion::codes_act; null: none): the launch is in clusters of a head's CTAs.
-  uint32_t* codes_act;
-  mm::ActMeta* codes_meta;
-  const float* codes_gate;
-  const float* codes_norm;
-  float codes_eps;
+  CodesOut codes;  // GdnFusion::codes; the launch is in clusters of a head's CTAs when set
 };
 
 // Staging ring depth: token t + kStages − 1 is being copied while token t is computed.
@@ -168,16 +163,17 @@ __device__ __forceinline__ void store_state(const float (&s)[kRows], void* state
   }
 }
 
-// Codes out (GdnArgs::codes_act), after the token: every CTA's warp 0 stores its columns' o
-// into the cluster's first CTA (`head`, raw order), which then does what the next GEMV's
+// Codes out (GdnArgs::codes), after the token: every CTA's warp 0 stores its columns' o into
+// the cluster's first CTA (`head`, raw order), which then does what ssm_out's
 // HeadRmsNormMulGate prologue and quantiser do for this head's block, with their device code:
 // the head's sum of squares in norm.cuh's order for a 128-float chunk (one virtual warp, as
 // prologue_scales), its rms_scale, p = prologue_value(o, gate, w, scale) staged at stage_pos,
-// and quantize_eighths (16 lanes, one eighth each). Every thread of every CTA calls it: the
+// and the block quantised (mm::quantise_staged_blocks). Its warp 0 holds the gate and norm
+// elements 4·lane.. (g, w), loaded before the token. Every thread of every CTA calls it: the
 // cluster barriers (the entry's arrive, in the kernel, orders the remote stores after every
 // CTA of the cluster has started).
 __device__ void hand_off_codes(const GdnArgs& a, int h, int j, bool writes, float o,
-                               float4* head) {
+                               float4* head, const float4& g, const float4& w) {
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
   mm::cluster_wait();
@@ -187,26 +183,23 @@ __device__ void hand_off_codes(const GdnArgs& a, int h, int j, bool writes, floa
   const int lane = threadIdx.x;
   float t[norm::kPerThread];
   norm::load_tile(reinterpret_cast<const float*>(head), kCodesD, 0, 0, t);
-  const float scale = norm::rms_scale(norm::head_sum_squares_of_tile(t), kCodesD, a.codes_eps);
-  const float4 x = head[lane];  // elements 4·lane.. of the head
-  const float* g = a.codes_gate + int64_t(h) * kCodesD + 4 * lane;
-  const float* w = a.codes_norm + 4 * lane;
+  const float scale = norm::rms_scale(norm::head_sum_squares_of_tile(t), kCodesD, a.codes.eps);
+  const float4 x = head[lane];
   constexpr model::Prologue P = model::Prologue::HeadRmsNormMulGate;
-  const float4 p = make_float4(mm::prologue_value<P>(x.x, g[0], w[0], scale),
-                               mm::prologue_value<P>(x.y, g[1], w[1], scale),
-                               mm::prologue_value<P>(x.z, g[2], w[2], scale),
-                               mm::prologue_value<P>(x.w, g[3], w[3], scale));
+  const float4 p = make_float4(mm::prologue_value<P>(x.x, g.x, w.x, scale),
+                               mm::prologue_value<P>(x.y, g.y, w.y, scale),
+                               mm::prologue_value<P>(x.z, g.z, w.z, scale),
+                               mm::prologue_value<P>(x.w, g.w, w.w, scale));
   __syncwarp();  // every raw output is read before the staged values overwrite them
   head[mm::stage_pos(lane)] = p;
   __syncwarp();
-  const int u[1] = {lane & 15};  // lanes 16..31 repeat 0..15 (whole-warp shuffles)
-  uint32_t words[1][2];
-  float d[1];
-  int sum[1];
-  mm::quantize_eighths<true, 1>(head, u, lane, words, d, sum);
-  if (lane < 16) {
-    mm::store_eighth(a.codes_act, a.codes_meta, h * 16 + lane, words[0], d[0], sum[0]);
-  }
+  mm::quantise_staged_blocks(head, 1, lane, a.codes.act, static_cast<mm::ActMeta*>(a.codes.meta),
+                             h);
+}
+
+// Four consecutive floats (p need not be 16-byte aligned).
+__device__ __forceinline__ float4 load4(const float* p) {
+  return make_float4(p[0], p[1], p[2], p[3]);
 }
 
 template <int kCols, int kRows, bool kL2>
@@ -215,7 +208,7 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(GdnArgs a) {
   constexpr int kGroups = kWarps * kSub;  // row groups per CTA
   static_assert(kCols * kSub == 32 && kRows * kGroups <= kMaxD, "slice shape");
   detail::pdl_launch_dependents();
-  const bool codes = a.codes_act != nullptr;
+  const bool codes = a.codes.act != nullptr;
   if (codes) mm::cluster_arrive();
 
   __shared__ float s_q[kStages][kMaxD], s_k[kStages][kMaxD], s_v[kStages][kCols];
@@ -244,8 +237,15 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(GdnArgs a) {
   if (a.state_settled) load();
   const bool gating = a.dt_bias != nullptr;
   const float dt_bias = gating ? a.dt_bias[h] : 0.0f, ssm_a = gating ? a.ssm_a[h] : 0.0f;
+  // Codes out: the hand-off warp's prologue operands, the norm's weight (a constant) before the
+  // wait and the gate (an earlier kernel's output) right after it, beside the state's loads:
+  // fetched after the token, they were one more round trip on the hand-off's path.
+  const bool hands_off = codes && blockIdx.x == 0 && warp == 0;
+  float4 codes_w = {}, codes_g = {};
+  if (hands_off) codes_w = load4(a.codes.norm + 4 * lane);
   detail::pdl_wait();
   if (!a.state_settled) load();
+  if (hands_off) codes_g = load4(a.codes.gate + int64_t(h) * kCodesD + 4 * lane);
 
   // Zero padding (entries past d, columns past d) in every slot; ordered before any read by
   // the first B1. Exactly the entries no copy writes, so no plain store races an async one.
@@ -341,7 +341,9 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(GdnArgs a) {
   state::dispatch(a.out_type, [&](auto st) {
     store_state<decltype(st), kRows, kGroups>(s, a.state_out, h, d, grp, j, col_ok);
   });
-  if (codes) hand_off_codes(a, h, j, warp == 0 && lane < kCols && col_ok, o_last, s_head);
+  if (codes) {
+    hand_off_codes(a, h, j, warp == 0 && lane < kCols && col_ok, o_last, s_head, codes_g, codes_w);
+  }
 }
 
 // Picks the smallest instantiated kRows (4, 8, 16, 32) that covers the key dim.
@@ -351,7 +353,7 @@ void launch_rows(const GdnArgs& a, bool l2, int rows_needed, dim3 grid, cudaStre
   if constexpr (kRows * kGroups < kMaxD) {
     if (rows_needed > kRows) return launch_rows<kCols, kRows * 2>(a, l2, rows_needed, grid, s);
   }
-  const unsigned cluster = a.codes_act != nullptr ? grid.x : 0;  // codes out: a head's CTAs
+  const unsigned cluster = a.codes.act != nullptr ? grid.x : 0;  // codes out: a head's CTAs
   if (l2) {
     detail::launch_clusters(&gdn_kernel<kCols, kRows, true>, grid, kThreads, 0, true, cluster, s,
                             a);
@@ -434,14 +436,13 @@ void gdn_recurrence(DevRows q, DevRows k, DevRows v, DevRows g, DevRows beta, De
   if (fusion.l2norm && !(fusion.l2_eps >= 0.0f)) {
     fail("cuda {}: Hk {} d {}: fused L2 norm eps {} must be >= 0", op, n_k_heads, d, fusion.l2_eps);
   }
-  if (fusion.codes_act != nullptr &&
-      (!gdn_codes_out_ok(n_v_heads, d) || out.rows != 1 || fusion.codes_meta == nullptr ||
-       fusion.codes_gate == nullptr || fusion.codes_norm == nullptr ||
-       !(fusion.codes_eps >= 0.0f))) {
+  const CodesOut& c = fusion.codes;
+  if (c.act != nullptr && (!gdn_codes_out_ok(n_v_heads, d) || out.rows != 1 || c.meta == nullptr ||
+                           c.gate == nullptr || c.norm == nullptr || !(c.eps >= 0.0f))) {
     fail(
         "cuda {}: codes out need one token (got {}), d = {} on at most {} CTAs a head (Hv {} d "
         "{}), meta, gate and norm set and eps >= 0 (got {})",
-        op, out.rows, kCodesD, kMaxClusterCtas, n_v_heads, d, fusion.codes_eps);
+        op, out.rows, kCodesD, kMaxClusterCtas, n_v_heads, d, c.eps);
   }
   const GdnArgs a{q,
                   k,
@@ -460,11 +461,7 @@ void gdn_recurrence(DevRows q, DevRows k, DevRows v, DevRows g, DevRows beta, De
                   static_cast<int>(d),
                   static_cast<float>(1.0 / std::sqrt(double(d))),
                   fusion.l2_eps,
-                  fusion.codes_act,
-                  static_cast<mm::ActMeta*>(fusion.codes_meta),
-                  fusion.codes_gate,
-                  fusion.codes_norm,
-                  fusion.codes_eps};
+                  fusion.codes};
   const int hv = static_cast<int>(n_v_heads);
   switch (cols_per_cta(n_v_heads, d)) {
     case 32:

@@ -133,6 +133,20 @@ void kv_store(DevRows k, DevRows v, float* k_cache, float* v_cache, int64_t kv_d
 void conv_step(DevRows x, DevRows y, const float* w, int64_t kernel, float* state, bool silu,
                cudaStream_t s);
 
+// Codes out: a kernel that makes the input x of the Q1_0 GEMV right after it (one token) also
+// writes x's activation codes through that GEMV's prologue, so the GEMV copies them instead
+// of staging and quantising x in each of its CTAs (FusedGemv::codes_in_blocks = all of x).
+// act [blocks][32] words and meta [blocks] {d, sum} as FusedGemv::codes_act / codes_meta;
+// gate, and for a head norm its weight and eps: the GEMV prologue's operands. The kernel uses
+// that prologue's and the quantiser's device code on the same floats: bit-identical.
+struct CodesOut {
+  uint32_t* act = nullptr;  // null: no codes out
+  void* meta = nullptr;
+  const float* gate = nullptr;
+  const float* norm = nullptr;
+  float eps = 0.0f;
+};
+
 // What the GDN kernel computes from raw operands instead of reading finished ones. Each
 // fusion uses the unfused kernels' device functions in their order, so the result is
 // bit-identical to running those kernels first.
@@ -146,17 +160,10 @@ struct GdnFusion {
   // with the l2_norm kernel's reduction order and eps (chunk d).
   bool l2norm = false;
   float l2_eps = 0.0f;
-  // Codes out (gdn_codes_out_ok: one token, d = 128, so a value head is one 128-element
-  // activation block of the next Q1_0 GEMV): that GEMV's input p(o) = rms_norm(o, codes_norm,
-  // chunk d, codes_eps)·codes_gate quantised into its codes (act [Hv][32] words, meta [Hv]
-  // {d, sum}: FusedGemv::codes_act / codes_meta), with its HeadRmsNormMulGate prologue's and
-  // quantiser's device code on the same floats, so the GEMV may copy them instead
-  // (FusedGemv::codes_in_blocks = Hv). out is written as well.
-  uint32_t* codes_act = nullptr;
-  void* codes_meta = nullptr;
-  const float* codes_gate = nullptr;  // [Hv·d]
-  const float* codes_norm = nullptr;  // [d]
-  float codes_eps = 0.0f;
+  // Codes out (gdn_codes_out_ok: one token, d = 128, so a value head is one block of
+  // ssm_out's input): p(o) = rms_norm(o, norm [d], chunk d, eps)·gate [Hv·d], ssm_out's
+  // HeadRmsNormMulGate prologue, quantised into Hv blocks of codes. out is written as well.
+  CodesOut codes;
 };
 
 // Gated delta rule over the T rows, value head h using key head h % Hk. q, k: [T][Hk·d]
@@ -195,7 +202,11 @@ void attn_prep(const AttnPrep& p, DevRows qg, DevRows k, DevRows v, DevRows q, D
 // Causal GQA attention of T query rows at positions pos0.. against caches holding positions
 // [0, pos0 + T): q, out [T][H·D], caches [n_ctx][Hkv·D]; query head h reads kv head
 // h / (H / Hkv). D <= 256. The caller guarantees pos0 + T <= n_ctx.
+// codes (attn_codes_out_ok: one token, D a multiple of 128): also p(out) = out·gate [H·D],
+// attn_output's MulGate prologue, quantised into H·D/128 blocks of codes (CodesOut).
 void attention(DevRows q, const float* k_cache, const float* v_cache, DevRows out, int64_t n_head,
-               int64_t n_head_kv, int64_t head_dim, Pos pos0, cudaStream_t s);
+               int64_t n_head_kv, int64_t head_dim, Pos pos0, cudaStream_t s,
+               const CodesOut& codes = {});
+bool attn_codes_out_ok(int64_t head_dim);
 
 }  // namespace gdn::cuda

@@ -146,7 +146,8 @@ __device__ __forceinline__ void quantize_eighths(const float4* stage, const int 
 #pragma unroll
   for (int o = 1; o < 16; o <<= 1) {
 #pragma unroll
-    for (int n = 0; n < N; ++n) amax[n] = fmaxf(amax[n], __shfl_xor_sync(detail::kFullMask, amax[n], o));
+    for (int n = 0; n < N; ++n)
+      amax[n] = fmaxf(amax[n], __shfl_xor_sync(detail::kFullMask, amax[n], o));
   }
   uint32_t w[N][2];
   bool slow[N];
@@ -168,7 +169,8 @@ __device__ __forceinline__ void quantize_eighths(const float4* stage, const int 
 #pragma unroll
   for (int o = 1; o < 16; o <<= 1) {
 #pragma unroll
-    for (int n = 0; n < N; ++n) s[n] += __shfl_xor_sync(detail::kFullMask, s[n], o);  // integers: exact
+    for (int n = 0; n < N; ++n)
+      s[n] += __shfl_xor_sync(detail::kFullMask, s[n], o);  // integers: exact
   }
 #pragma unroll
   for (int n = 0; n < N; ++n) {

@@ -255,7 +255,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a) {
   namespace cg = cooperative_groups;
   __shared__ float s_m[kAttnWarps], s_l[kAttnWarps], s_o[kAttnWarps][32 * kDims];
   __shared__ float c_m, c_l, c_o[32 * kDims];  // this CTA's merged partial
-  __shared__ float4 s_stage[kMaxHeadDim / 4];    // codes out: p(out) of the head, at stage_pos
+  __shared__ float4 s_stage[kMaxHeadDim / 4];  // codes out: p(out) of the head, at stage_pos
 
   detail::pdl_launch_dependents();
   const cg::cluster_group cluster = cg::this_cluster();
@@ -290,8 +290,8 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a) {
   // Codes out: the first CTA's gate element of its thread, fetched with q (after the keys it
   // would be one more round trip on the hand-off's path).
   const bool codes = a.codes.act != nullptr;
-  const float gate = codes && rank == 0 && threadIdx.x < D ? a.codes.gate[int64_t(h) * D + threadIdx.x]
-                                                           : 0.0f;
+  const float gate =
+      codes && rank == 0 && threadIdx.x < D ? a.codes.gate[int64_t(h) * D + threadIdx.x] : 0.0f;
   float qr[kDims], o[kDims];
 #pragma unroll
   for (int m = 0; m < kDims; ++m) {
@@ -481,8 +481,8 @@ void attention(DevRows q, const float* k_cache, const float* v_cache, DevRows ou
         "at position {}",
         q.rows, q.cols, n_head, n_head_kv, head_dim, kMaxHeadDim, pos0);
   }
-  if (codes.act != nullptr &&
-      (!attn_codes_out_ok(head_dim) || q.rows != 1 || codes.meta == nullptr || codes.gate == nullptr)) {
+  if (codes.act != nullptr && (!attn_codes_out_ok(head_dim) || q.rows != 1 ||
+                               codes.meta == nullptr || codes.gate == nullptr)) {
     fail(
         "cuda attention: codes out need one token (got {}), D a multiple of 128 up to {} (got "
         "{}), meta and gate set",

@@ -792,9 +792,9 @@ void run_codes_case(Context& ctx, std::vector<Result>& out, const CodesCase& c) 
 // codes out, the GEMV that copies all of x's codes bitwise equals the one that stages and
 // quantises x itself, and one flipped code bit changes its output (the codes are read).
 struct CodesOutCase {
-  bool gdn;           // else attention
-  int64_t Hk, H, d;   // GDN: key heads, value heads, d; attention: kv heads, q heads, D
-  int64_t n_kv;       // attention: keys (a split of several CTAs from 2 * 8 * 128)
+  bool gdn;          // else attention
+  int64_t Hk, H, d;  // GDN: key heads, value heads, d; attention: kv heads, q heads, D
+  int64_t n_kv;      // attention: keys (a split of several CTAs from 2 * 8 * 128)
   int64_t n_out;
 };
 

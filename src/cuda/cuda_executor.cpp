@@ -609,8 +609,8 @@ const model::Step* CudaExecutor::codes_consumer(const model::Step& s, ProgramMem
 // for it; the GEMV then copies them (FusedGemv::codes_in_blocks = all of x): bit-identical.
 // Its prologue had staged and quantised all of x in each of its CTAs; for ssm_out ~4.6 of its
 // ~7 µs after the wait (bench/gemv_lab timeline, H200, 2026-12-02).
-CodesOut CudaExecutor::codes_out_for(const model::Step& s, ProgramMem& pm,
-                                     model::Prologue prologue, bool ok) {
+CodesOut CudaExecutor::codes_out_for(const model::Step& s, ProgramMem& pm, model::Prologue prologue,
+                                     bool ok) {
   const model::Step* next = codes_consumer(s, pm, s.out, prologue);
   const DevRows out = view(pm, s.out);
   if (next == nullptr || !ok || out.rows != 1 || out.cols % 128 != 0 ||

@@ -98,8 +98,8 @@ using model::StateType;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-constexpr int kMaxD = kThreads;  // each thread stages one q and one k element
-constexpr int kCodesD = 128;     // codes out: a head is one activation block
+constexpr int kMaxD = kThreads;     // each thread stages one q and one k element
+constexpr int kCodesD = 128;        // codes out: a head is one activation block
 constexpr int kMaxClusterCtas = 8;  // portable cluster size
 
 struct GdnArgs {
@@ -111,8 +111,8 @@ struct GdnArgs {
   const float* dt_bias;  // gating fused when set (ssm_a set too): g, beta hold a, b
   const float* ssm_a;
   int n_k_heads, d;
-  float q_scale;  // 1/√d
-  float l2_eps;   // the fused L2 norm's eps (kL2 instantiations)
+  float q_scale;   // 1/√d
+  float l2_eps;    // the fused L2 norm's eps (kL2 instantiations)
   CodesOut codes;  // GdnFusion::codes; the launch is in clusters of a head's CTAs when set
 };
 
@@ -172,8 +172,8 @@ __device__ __forceinline__ void store_state(const float (&s)[kRows], void* state
 // elements 4·lane.. (g, w), loaded before the token. Every thread of every CTA calls it: the
 // cluster barriers (the entry's arrive, in the kernel, orders the remote stores after every
 // CTA of the cluster has started).
-__device__ void hand_off_codes(const GdnArgs& a, int h, int j, bool writes, float o,
-                               float4* head, const float4& g, const float4& w) {
+__device__ void hand_off_codes(const GdnArgs& a, int h, int j, bool writes, float o, float4* head,
+                               const float4& g, const float4& w) {
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
   mm::cluster_wait();
@@ -186,10 +186,9 @@ __device__ void hand_off_codes(const GdnArgs& a, int h, int j, bool writes, floa
   const float scale = norm::rms_scale(norm::head_sum_squares_of_tile(t), kCodesD, a.codes.eps);
   const float4 x = head[lane];
   constexpr model::Prologue P = model::Prologue::HeadRmsNormMulGate;
-  const float4 p = make_float4(mm::prologue_value<P>(x.x, g.x, w.x, scale),
-                               mm::prologue_value<P>(x.y, g.y, w.y, scale),
-                               mm::prologue_value<P>(x.z, g.z, w.z, scale),
-                               mm::prologue_value<P>(x.w, g.w, w.w, scale));
+  const float4 p = make_float4(
+      mm::prologue_value<P>(x.x, g.x, w.x, scale), mm::prologue_value<P>(x.y, g.y, w.y, scale),
+      mm::prologue_value<P>(x.z, g.z, w.z, scale), mm::prologue_value<P>(x.w, g.w, w.w, scale));
   __syncwarp();  // every raw output is read before the staged values overwrite them
   head[mm::stage_pos(lane)] = p;
   __syncwarp();

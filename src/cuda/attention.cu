@@ -287,11 +287,6 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a) {
   detail::pdl_wait();
 
   const float* qh = row_ptr(a.q, t) + int64_t(h) * D;
-  // Codes out: the first CTA's gate element of its thread, fetched with q (after the keys it
-  // would be one more round trip on the hand-off's path).
-  const bool codes = a.codes.act != nullptr;
-  const float gate =
-      codes && rank == 0 && threadIdx.x < D ? a.codes.gate[int64_t(h) * D + threadIdx.x] : 0.0f;
   float qr[kDims], o[kDims];
 #pragma unroll
   for (int m = 0; m < kDims; ++m) {
@@ -355,6 +350,11 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a) {
     c_o[i] = oi;
     if (i == 0) c_m = mx, c_l = l;
   }
+  // Codes out: the first CTA's gate element of its thread, asked for before the cluster
+  // barrier so that it arrives while the cluster merges (not held through the key loop).
+  const bool codes = a.codes.act != nullptr;
+  const float gate =
+      codes && rank == 0 && threadIdx.x < D ? a.codes.gate[int64_t(h) * D + threadIdx.x] : 0.0f;
   // Every CTA's merged partial is written, and visible to the cluster's first CTA (the
   // cluster barrier has release/acquire semantics at cluster scope).
   cluster.sync();

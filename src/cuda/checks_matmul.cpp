@@ -684,6 +684,26 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// n floats on the device: v, then NaN poison past it.
+DeviceBuffer poisoned_copy(const std::vector<float>& v, int64_t n, cudaStream_t s) {
+  DeviceBuffer b(static_cast<size_t>(n) * sizeof(float));
+  CUDA_CHECK(cudaMemsetAsync(b.get(), 0xff, b.bytes(), s));
+  CUDA_CHECK(
+      cudaMemcpyAsync(b.get(), v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice, s));
+  return b;
+}
+
+// A codes hand-off's verdict: the producer's output unchanged by writing codes, the consumer on
+// the codes (y) bitwise equal to quantising x itself (y_plain), and changed by one flipped code
+// bit (y_flipped: the codes are read). Empty when it passes, else what failed.
+std::string codes_verdict(bool producer_unchanged, const std::vector<float>& y,
+                          const std::vector<float>& y_plain, const std::vector<float>& y_flipped) {
+  if (!producer_unchanged) return "the producer's output changed";
+  if (!same_bits(y, y_plain)) return "the consumer on the codes differs from quantising x itself";
+  if (same_bits(y_flipped, y_plain)) return "a flipped code bit changed nothing: codes not read";
+  return "";
+}
+
 // Flips bit 0 of the first code word of `block` in a codes buffer ([blocks][32] words).
 void flip_code_bit(const DeviceBuffer& act, int64_t block, cudaStream_t s) {
   uint32_t word = 0;
@@ -719,11 +739,7 @@ void run_codes_case(Context& ctx, std::vector<Result>& out, const CodesCase& c) 
   const std::vector<float> norm = ctx.random(static_cast<size_t>(c.n_in), 0.5f, 1.5f);
   const std::vector<float> residual = ctx.random(static_cast<size_t>(c.n_out));
   const auto device = [&](const std::vector<float>& v, int64_t n) {
-    DeviceBuffer b(static_cast<size_t>(n) * sizeof(float));
-    CUDA_CHECK(cudaMemsetAsync(b.get(), 0xff, b.bytes(), s));
-    CUDA_CHECK(
-        cudaMemcpyAsync(b.get(), v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice, s));
-    return b;
+    return poisoned_copy(v, n, s);
   };
   const DeviceBuffer dx = device(x, c.n_in), dn = device(norm, c.n_in);
   const int64_t blocks = (c.n_mid + 127) / 128;
@@ -771,17 +787,11 @@ void run_codes_case(Context& ctx, std::vector<Result>& out, const CodesCase& c) 
   r.op = "matmul_fused_q1_0_codes";
   r.shape = fmt::format("{}->2x{}->{}{}: {} of {} blocks handed off", c.n_in, c.n_mid, c.n_out,
                         c.sms > 0 ? fmt::format(" on {} SMs", c.sms) : "", nb, blocks);
-  if (nb == 0) {
-    r.detail = "no block handed off";
-  } else if (!same_bits(download(mid, n_mid, s), download(mid_plain, n_mid, s))) {
-    r.detail = "the producer's output changed";
-  } else if (!same_bits(y, y_plain)) {
-    r.detail = "the consumer's output differs from quantising x itself";
-  } else if (same_bits(y_flipped, y_plain)) {
-    r.detail = "a flipped code bit changed nothing: the codes are not read";
-  } else {
-    r.passed = true;
-  }
+  r.detail = nb == 0
+                 ? "no block handed off"
+                 : codes_verdict(same_bits(download(mid, n_mid, s), download(mid_plain, n_mid, s)),
+                                 y, y_plain, y_flipped);
+  r.passed = r.detail.empty();
   out.push_back(r);
 }
 
@@ -807,11 +817,7 @@ void run_codes_out_case(Context& ctx, std::vector<Result>& out, const CodesOutCa
       expand(random_matrix(ctx, Type::Q1_0, inner, c.n_out), c.gdn ? "ssm_out" : "attn_output", st),
       s);
   const auto device = [&](const std::vector<float>& v, int64_t n) {
-    DeviceBuffer b(static_cast<size_t>(n) * sizeof(float));
-    CUDA_CHECK(cudaMemsetAsync(b.get(), 0xff, b.bytes(), s));
-    CUDA_CHECK(
-        cudaMemcpyAsync(b.get(), v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice, s));
-    return b;
+    return poisoned_copy(v, n, s);
   };
   const auto random = [&](int64_t n, float lo, float hi) {
     return device(ctx.random(static_cast<size_t>(n), lo, hi), n);
@@ -885,15 +891,10 @@ void run_codes_out_case(Context& ctx, std::vector<Result>& out, const CodesOutCa
   r.shape = c.gdn ? fmt::format("Hk={} Hv={} d={}", c.Hk, c.H, c.d)
                   : fmt::format("H={} Hkv={} D={} n_kv={}", c.H, c.Hk, c.d, c.n_kv);
   r.shape += fmt::format(" -> {}->{}: {} blocks handed off", inner, c.n_out, blocks);
-  if (!same_bits(download(o, n_o, s), download(o_plain, n_o, s)) || state != state_plain) {
-    r.detail = "the kernel's output or state changed";
-  } else if (!same_bits(y, y_plain)) {
-    r.detail = "the GEMV on the codes differs from staging and quantising x itself";
-  } else if (same_bits(y_flipped, y_plain)) {
-    r.detail = "a flipped code bit changed nothing: the codes are not read";
-  } else {
-    r.passed = true;
-  }
+  r.detail = codes_verdict(
+      same_bits(download(o, n_o, s), download(o_plain, n_o, s)) && state == state_plain, y, y_plain,
+      y_flipped);
+  r.passed = r.detail.empty();
   out.push_back(r);
 }
 

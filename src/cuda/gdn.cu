@@ -163,24 +163,39 @@ __device__ __forceinline__ void store_state(const float (&s)[kRows], void* state
   }
 }
 
+// Four consecutive floats (p need not be 16-byte aligned).
+__device__ __forceinline__ float4 load4(const float* p) {
+  return make_float4(p[0], p[1], p[2], p[3]);
+}
+
 // Codes out (GdnArgs::codes), after the token: every CTA's warp 0 stores its columns' o into
 // the cluster's first CTA (`head`, raw order), which then does what ssm_out's
 // HeadRmsNormMulGate prologue and quantiser do for this head's block, with their device code:
 // the head's sum of squares in norm.cuh's order for a 128-float chunk (one virtual warp, as
 // prologue_scales), its rms_scale, p = prologue_value(o, gate, w, scale) staged at stage_pos,
-// and the block quantised (mm::quantise_staged_blocks). Its warp 0 holds the gate and norm
-// elements 4·lane.. (g, w), loaded before the token. Every thread of every CTA calls it: the
-// cluster barriers (the entry's arrive, in the kernel, orders the remote stores after every
-// CTA of the cluster has started).
-__device__ void hand_off_codes(const GdnArgs& a, int h, int j, bool writes, float o, float4* head,
-                               const float4& g, const float4& w) {
+// and the block quantised (mm::quantise_staged_blocks). Every thread of every CTA calls it:
+// the cluster barriers (the entry's arrive, in the kernel, orders the remote stores after
+// every CTA of the cluster has started).
+//
+// The first CTA's warp 0 loads its gate and norm elements (4·lane..) before the barriers, so
+// that they arrive while the cluster gathers. Measured (H200, 2026-12-02, timeline): loaded
+// after the barriers, the recurrence took 6.04 µs a step (4.45 without codes out); loaded
+// before the token and held in registers through it (64 -> 71 registers: 4 -> 3 CTAs an
+// SM), 7.49.
+__device__ void hand_off_codes(const GdnArgs& a, int h, int j, bool writes, float o, float4* head) {
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
+  const bool leader = cluster.block_rank() == 0 && threadIdx.x < 32;
+  const int lane = threadIdx.x & 31;
+  float4 g = {}, w = {};
+  if (leader) {
+    g = load4(a.codes.gate + int64_t(h) * kCodesD + 4 * lane);
+    w = load4(a.codes.norm + 4 * lane);
+  }
   mm::cluster_wait();
   if (writes) cluster.map_shared_rank(reinterpret_cast<float*>(head), 0)[j] = o;
   cluster.sync();  // release / acquire: the head's outputs are in the first CTA
-  if (cluster.block_rank() != 0 || threadIdx.x >= 32) return;
-  const int lane = threadIdx.x;
+  if (!leader) return;
   float t[norm::kPerThread];
   norm::load_tile(reinterpret_cast<const float*>(head), kCodesD, 0, 0, t);
   const float scale = norm::rms_scale(norm::head_sum_squares_of_tile(t), kCodesD, a.codes.eps);
@@ -196,13 +211,12 @@ __device__ void hand_off_codes(const GdnArgs& a, int h, int j, bool writes, floa
                              h);
 }
 
-// Four consecutive floats (p need not be 16-byte aligned).
-__device__ __forceinline__ float4 load4(const float* p) {
-  return make_float4(p[0], p[1], p[2], p[3]);
-}
-
+// Four CTAs an SM where a thread holds at most 8 rows (Bonsai: 16 columns x 8 rows): 64
+// registers, no spill, against 72 (3 CTAs an SM) that ptxas picks for the codes-out hand-off
+// otherwise (gdn_codes_out_ok's launches, on 48 heads of 8 CTAs: 2.9 an SM). Larger kRows
+// would spill at 64.
 template <int kCols, int kRows, bool kL2>
-__global__ void __launch_bounds__(kThreads) gdn_kernel(GdnArgs a) {
+__global__ void __launch_bounds__(kThreads, kRows <= 8 ? 4 : 1) gdn_kernel(GdnArgs a) {
   constexpr int kSub = 32 / kCols;        // row groups per warp
   constexpr int kGroups = kWarps * kSub;  // row groups per CTA
   static_assert(kCols * kSub == 32 && kRows * kGroups <= kMaxD, "slice shape");
@@ -236,15 +250,8 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(GdnArgs a) {
   if (a.state_settled) load();
   const bool gating = a.dt_bias != nullptr;
   const float dt_bias = gating ? a.dt_bias[h] : 0.0f, ssm_a = gating ? a.ssm_a[h] : 0.0f;
-  // Codes out: the hand-off warp's prologue operands, the norm's weight (a constant) before the
-  // wait and the gate (an earlier kernel's output) right after it, beside the state's loads:
-  // fetched after the token, they were one more round trip on the hand-off's path.
-  const bool hands_off = codes && blockIdx.x == 0 && warp == 0;
-  float4 codes_w = {}, codes_g = {};
-  if (hands_off) codes_w = load4(a.codes.norm + 4 * lane);
   detail::pdl_wait();
   if (!a.state_settled) load();
-  if (hands_off) codes_g = load4(a.codes.gate + int64_t(h) * kCodesD + 4 * lane);
 
   // Zero padding (entries past d, columns past d) in every slot; ordered before any read by
   // the first B1. Exactly the entries no copy writes, so no plain store races an async one.
@@ -340,9 +347,7 @@ __global__ void __launch_bounds__(kThreads) gdn_kernel(GdnArgs a) {
   state::dispatch(a.out_type, [&](auto st) {
     store_state<decltype(st), kRows, kGroups>(s, a.state_out, h, d, grp, j, col_ok);
   });
-  if (codes) {
-    hand_off_codes(a, h, j, warp == 0 && lane < kCols && col_ok, o_last, s_head, codes_g, codes_w);
-  }
+  if (codes) hand_off_codes(a, h, j, warp == 0 && lane < kCols && col_ok, o_last, s_head);
 }
 
 // Picks the smallest instantiated kRows (4, 8, 16, 32) that covers the key dim.

@@ -38,6 +38,12 @@
 // rest is L2 traffic: each of the 6 query heads of a group reads its kv head's rows, 200 MB
 // through L2 per call; a kernel that reads them once per group is the fix.
 //
+// Codes out (decode, D a multiple of 128: attention()'s CodesOut): the cluster's first CTA
+// also applies attn_output's MulGate prologue (out·gate) to the head it writes and quantises
+// its D / 128 activation blocks with one warp, so that attn_output copies the codes instead of
+// staging and quantising all of x in each of its CTAs. Measured (H200, 2026-12-02,
+// bench/RESULTS.md): attn_output 6.67 -> 5.72 µs a step, attention unchanged.
+//
 // Precision vs the CPU (double throughout): a score's dot rounds over D/32 terms per lane and
 // 5 butterfly levels (error ≲ 13·2^-24·Σ|q_i k_i|/√D, which exp turns into a relative error
 // of the weight); the accumulators round once per key of the warp's share and once per merge

@@ -79,6 +79,14 @@
 //     choices.
 // f16/bf16 decode reads and writes half the bytes; with kCols ≥ 16 a warp row segment is
 // still a whole 32-byte sector (kCols = 8, small models only, uses half of one).
+//
+// Codes out (decode, d = 128: GdnFusion::codes). ssm_out's fused GEMV would stage its input
+// p(o) = rms_norm(o head)·gate and quantise all of it in each of its CTAs, ~4.6 µs of its
+// ~7 after the wait (bench/gemv_lab). A head is exactly one 128-element activation block, so
+// the recurrence does it once per head instead: its CTAs run as one cluster, gather the
+// head's outputs in the first CTA, and one warp there applies the prologue and the quantiser
+// with their own device code (hand_off_codes). Measured (H200, 2026-12-02, bench/RESULTS.md):
+// ssm_out 8.81 -> 5.45 µs a step, the recurrence 4.45 -> 6.04, tg128 +2.6%.
 #include <cooperative_groups.h>
 #include <cuda_pipeline.h>
 

@@ -86,7 +86,8 @@
 // the recurrence does it once per head instead: its CTAs run as one cluster, gather the
 // head's outputs in the first CTA, and one warp there applies the prologue and the quantiser
 // with their own device code (hand_off_codes). Measured (H200, 2026-12-02, bench/RESULTS.md):
-// ssm_out 8.81 -> 5.45 µs a step, the recurrence 4.45 -> 6.04, tg128 +2.6%.
+// ssm_out 8.81 -> 5.40 µs a step, the recurrence 4.45 -> 5.87; with attention's codes out,
+// tg128 325.1 -> 336.7.
 #include <cooperative_groups.h>
 #include <cuda_pipeline.h>
 
@@ -186,10 +187,10 @@ __device__ __forceinline__ float4 load4(const float* p) {
 // every CTA of the cluster has started).
 //
 // The first CTA's warp 0 loads its gate and norm elements (4·lane..) before the barriers, so
-// that they arrive while the cluster gathers. Measured (H200, 2026-12-02, timeline): loaded
-// after the barriers, the recurrence took 6.04 µs a step (4.45 without codes out); loaded
-// before the token and held in registers through it (64 -> 71 registers: 4 -> 3 CTAs an
-// SM), 7.49.
+// that they arrive while the cluster gathers. Measured (H200, 2026-12-02, timeline): the
+// recurrence took 5.87 µs a step so (4.45 without codes out), 6.04 with them loaded after the
+// barriers, 7.49 loaded before the token and held in registers through it (64 -> 71
+// registers: 4 -> 3 CTAs an SM).
 __device__ void hand_off_codes(const GdnArgs& a, int h, int j, bool writes, float o, float4* head) {
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();

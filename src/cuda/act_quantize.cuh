@@ -1,9 +1,9 @@
 // Activation quantisation for the Q1_0 products: the one home of the formula (matmul_q1_0.cu
 // says why the activations are quantised and how the products use the codes). Run by the
 // two-launch path's quantise kernel and the one-launch GEMV's prologue (matmul_q1_0.cu), and by
-// the kernels that hand a GEMV its input already quantised (the gate+up GEMV's codes out, the
-// GDN recurrence's codes out, gdn.cu): every one of them quantises with these functions, so the
-// codes are the same bits wherever they are made.
+// the kernels that hand a GEMV its input already quantised (the gate+up GEMV's codes out; the
+// GDN recurrence's and attention's CodesOut, gdn.cu and attention.cu): every one of them
+// quantises with these functions, so the codes are the same bits wherever they are made.
 //
 // Per 128-element block: d = amax / 127 (IEEE division), q = roundf(v / d) (0 when d = 0), and
 // sum q; quant::quantize_activations_q8_128 is the CPU twin. Layout (per token): act[block][t*8

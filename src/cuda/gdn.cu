@@ -221,9 +221,8 @@ __device__ void hand_off_codes(const GdnArgs& a, int h, int j, bool writes, floa
 }
 
 // Four CTAs an SM where a thread holds at most 8 rows (Bonsai: 16 columns x 8 rows): 64
-// registers, no spill, against 72 (3 CTAs an SM) that ptxas picks for the codes-out hand-off
-// otherwise (gdn_codes_out_ok's launches, on 48 heads of 8 CTAs: 2.9 an SM). Larger kRows
-// would spill at 64.
+// registers, no spill. Without the cap ptxas gave the kernel with the codes-out hand-off 71-72
+// (3 CTAs an SM; Bonsai's 48 heads of 8 CTAs are 2.9 an SM). Larger kRows would spill at 64.
 template <int kCols, int kRows, bool kL2>
 __global__ void __launch_bounds__(kThreads, kRows <= 8 ? 4 : 1) gdn_kernel(GdnArgs a) {
   constexpr int kSub = 32 / kCols;        // row groups per warp

@@ -175,7 +175,7 @@ struct GdnFusion {
 void gdn_recurrence(DevRows q, DevRows k, DevRows v, DevRows g, DevRows beta, DevRows out,
                     DevState state_in, DevState state_out, int64_t n_k_heads, int64_t n_v_heads,
                     int64_t d, const GdnFusion& fusion, cudaStream_t s);
-// Whether gdn_recurrence can write codes out (GdnFusion::codes_act) for these heads: d = 128
+// Whether gdn_recurrence can write codes out (GdnFusion::codes) for these heads: d = 128
 // and a head's value columns on at most 8 CTAs (one cluster), as its launch splits them.
 bool gdn_codes_out_ok(int64_t n_v_heads, int64_t d);
 

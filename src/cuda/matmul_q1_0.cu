@@ -47,9 +47,8 @@
 //
 // Quantisation (act_quantize.cuh's quantize_eighths, the one home of the formula, run by the
 // quantise kernel of the two-launch path, by the one-launch GEMV and by the kernels that hand
-// it codes): a thread per eighth of a block (8
-// consecutive elements; the GEMV's threads take two, interleaved), the sixteen eighths of a
-// block on sixteen aligned lanes. amax over the
+// it codes): a thread per eighth of a block (8 consecutive elements; the GEMV's threads take
+// two, interleaved), the sixteen eighths of a block on sixteen aligned lanes. amax over the
 // block (four shuffles), d = amax / 127 (IEEE division), q = roundf(v / d) (0 when d = 0), sum
 // q. The codes come from v * (1/d) with a tie guard instead of IEEE divisions: when the product
 // is more than 2^-14 from a half-integer it rounds like the exact quotient (proof at
@@ -1091,8 +1090,8 @@ Q1GemvArgs gemv_args(const FusedGemv& f) {
   }
   a.n_slots = slots;
   a.epi = epilogue_args(f);
-  // Codes of the whole of x in: its prologue ran where they were made (the GDN recurrence's
-  // codes out), so nothing is staged but the padding's zeros.
+  // Codes of the whole of x in: its prologue ran where they were made (CodesOut: the GDN
+  // recurrence, attention), so nothing is staged but the padding's zeros.
   const bool all_in = int64_t(f.codes_in_blocks) * kBlock == f.w[0]->n_in;
   FusedGemv staged = f;
   if (all_in) staged.prologue = Prologue::None;

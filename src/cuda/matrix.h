@@ -121,8 +121,8 @@ struct FusedGemv {
   // two-launch workspace layout (codes_act: [blocks][32] words, codes_meta: [blocks] {d, sum}),
   // quantised inside the CTA from its own rows. Codes in: a prologue-None one-launch Q1_0 GEMV of
   // that output copies the codes of x's first codes_in_blocks blocks and quantises only the rest.
-  // Codes of all of x in (n_in / 128 blocks, the GDN recurrence's codes out: GdnFusion) may come
-  // with any prologue: they are p(x)'s codes, and nothing is staged.
+  // Codes of all of x in (n_in / 128 blocks: the GDN recurrence's or attention's CodesOut) may
+  // come with any prologue: they are p(x)'s codes, and nothing is staged.
   uint32_t* codes_act = nullptr;
   void* codes_meta = nullptr;
   bool codes_out = false;

@@ -7,7 +7,8 @@
 # and timelinebase [gdn bench --timeline, all exact rungs / baseline + graphs], timelinetests,
 # opsof [OPS="a b": gdn ops --op per name], opsperf, ladder, benchladder, nulls, benchbase
 # [baseline granularity + graphs], tg [tg128 alone], prevbench, prevbenchbase, prevtimeline and
-# prevtg [bench, benchbase, timeline and tg with a carried gdn_prev], benchnographs, compare,
+# prevtg [bench, benchbase, timeline and tg with a carried gdn_prev], alttg and alttimeline [tg
+# and timeline with a carried gdn_alt, a second variant], benchnographs, compare,
 # comparef32).
 # Every log comes back in $OUT/logs.tgz.
 set -uo pipefail
@@ -87,6 +88,9 @@ for s in "${steps[@]}"; do
     prevtg) run_step prevtg "$bin/gdn_prev" bench -p 0 -r 3 --rounds 2 ;;
     prevtimeline) run_step prevtimeline "$bin/gdn_prev" bench --timeline -n 16 ;;
     prevbenchbase) run_step prevbenchbase "$bin/gdn_prev" bench -p 0 -r 3 --rounds 2 --rungs graphs ;;
+    # A second variant (gdn_alt, carried like gdn_prev) beside the change and its baseline.
+    alttg) run_step alttg "$bin/gdn_alt" bench -p 0 -r 3 --rounds 2 ;;
+    alttimeline) run_step alttimeline "$bin/gdn_alt" bench --timeline -n 16 ;;
     benchnographs) run_step benchnographs "$bin/src/app/gdn" bench -r 3 --rounds 2 --rungs all,-graphs ;;
     compare) run_step compare "$bin/src/app/gdn" eval --preset bonsai-27b --type q1_0 \
       --random-ids 128 --mode decode --compare cpu ;;

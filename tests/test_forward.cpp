@@ -148,6 +148,19 @@ TEST(Program, BaselineGranularityIsCounted) {
   EXPECT_EQ(ex.last_dispatches(), int64_t(p.steps.size()));
 }
 
+// The timeline's weight bytes per step: a decode program reads every weight it streams in
+// exactly one step, however the rungs fuse them.
+TEST(Program, DecodeStepsReadEveryWeightOnce) {
+  auto m = tiny(quant::Type::Q8_0);
+  for (model::Rungs r : {model::Rungs::none(), model::Rungs::exact(),
+                         model::Rungs::exact().without(model::Rung::NormGemvFused)}) {
+    const model::Program p = model::build_forward(m->model, 1, false, {.rungs = r});
+    uint64_t total = 0;
+    for (const model::Step& s : p.steps) total += model::step_weight_bytes(s);
+    EXPECT_EQ(total, m->model.decode_weight_bytes()) << model::format_rungs(r);
+  }
+}
+
 // A step's kind names what it does without its layer, so the same work in every layer sums
 // into one row of gdn bench --timeline.
 TEST(Program, StepKindsNameTheWorkNotTheLayer) {

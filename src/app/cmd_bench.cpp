@@ -237,7 +237,9 @@ int run_timeline(runtime::Executor& ex, const BenchArgs& a, int64_t n_vocab) {
                     {"launches_per_token", double(k.launches) / n},
                     {"us_per_token", k.us / n},
                     {"us_per_step", k.us / k.steps},
-                    {"pct_of_timed", 100.0 * k.us / total}});
+                    {"pct_of_timed", 100.0 * k.us / total},
+                    {"weight_mb_per_step", 1e-6 * double(k.weight_bytes) / k.steps},
+                    {"weight_gb_per_s", 1e-3 * double(k.weight_bytes) / k.us}});
   }
   if (a.output == "json") {
     const nlohmann::json doc{{"position", kContext + 1},
@@ -252,13 +254,15 @@ int run_timeline(runtime::Executor& ex, const BenchArgs& a, int64_t n_vocab) {
       "last: no kernel start follows it)\n",
       kContext + 1, n, total / n);
   fmt::print(
-      "| step kind | steps/token | launches/token | µs/token | µs/step | % of timed |\n"
-      "|---|---:|---:|---:|---:|---:|\n");
+      "| step kind | steps/token | launches/token | µs/token | µs/step | % of timed | weight "
+      "MB/step | weight GB/s |\n"
+      "|---|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const auto& r : rows) {
-    fmt::print("| {} | {:.0f} | {:.0f} | {:.1f} | {:.2f} | {:.1f}% |\n",
+    fmt::print("| {} | {:.0f} | {:.0f} | {:.1f} | {:.2f} | {:.1f}% | {:.2f} | {:.0f} |\n",
                r["kind"].get<std::string>(), r["steps_per_token"].get<double>(),
                r["launches_per_token"].get<double>(), r["us_per_token"].get<double>(),
-               r["us_per_step"].get<double>(), r["pct_of_timed"].get<double>());
+               r["us_per_step"].get<double>(), r["pct_of_timed"].get<double>(),
+               r["weight_mb_per_step"].get<double>(), r["weight_gb_per_s"].get<double>());
   }
   return 0;
 }

@@ -310,7 +310,8 @@ std::vector<runtime::StepTime> CudaExecutor::timeline(std::span<const int32_t> i
   for (size_t j = 0; j + 1 < which.size(); ++j) {
     const model::Step& st = steps[which[j]];
     out.push_back({model::step_kind(st), pm.launches[which[j]],
-                   1e-3 * double(static_cast<int64_t>(t[first[j + 1]] - t[first[j]]))});
+                   1e-3 * double(static_cast<int64_t>(t[first[j + 1]] - t[first[j]])),
+                   model::step_weight_bytes(st)});
   }
   return out;
 }

@@ -128,6 +128,12 @@ std::string step_kind(const Step& s) {
   return k + step_flags(s);
 }
 
+uint64_t step_weight_bytes(const Step& s) {
+  uint64_t total = s.w ? s.w->bytes() : 0;
+  for (int i = 0; i < s.n_mats(); ++i) total += s.mats[static_cast<size_t>(i)]->bytes();
+  return total;
+}
+
 namespace {
 
 // q and k are L2-normalised with this epsilon inside the sum, as HF's torch path does.

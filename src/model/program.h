@@ -122,6 +122,10 @@ struct Step {
 // their time).
 std::string step_kind(const Step& s);
 
+// The bytes of the weight matrices a step reads (its matrix, or a fused step's matrices), as
+// stored: what a decode step must stream at the least.
+uint64_t step_weight_bytes(const Step& s);
+
 struct Program {
   int64_t n_tokens = 0;
   bool all_logits = true;  // logits for every token, or for the last only

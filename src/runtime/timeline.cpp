@@ -16,6 +16,7 @@ std::vector<KindTime> sum_by_kind(const std::vector<std::vector<StepTime>>& forw
       k.steps += 1;
       k.launches += st.launches;
       k.us += st.us;
+      k.weight_bytes += st.weight_bytes;
     }
   }
   std::stable_sort(kinds.begin(), kinds.end(),

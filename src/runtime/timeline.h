@@ -2,6 +2,7 @@
 // step kind over several forwards (gdn bench --timeline).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -16,14 +17,16 @@ struct StepTime {
   std::string kind;  // model::step_kind
   int launches = 0;
   double us = 0.0;
+  uint64_t weight_bytes = 0;  // model::step_weight_bytes
 };
 
-// One step kind's steps, launches and time, summed over several forwards.
+// One step kind's steps, launches, time and weight bytes, summed over several forwards.
 struct KindTime {
   std::string kind;
   int steps = 0;
   int launches = 0;
   double us = 0.0;
+  uint64_t weight_bytes = 0;
 };
 
 // Each kind's sums over the forwards, the most time first (ties: the kind seen first).

@@ -380,7 +380,8 @@ Run add_bench(CLI::App& app) {
   app.add_flag("-v,--verbose", a->verbose, "dispatches per token by op kind");
   app.add_flag("--timeline", a->timeline,
                "where a decode token's time goes: every kernel stamps the GPU clock as it "
-               "starts, time summed by step kind over -n tokens (CUDA)");
+               "starts, time summed by step kind over -n tokens, with each kind's weight bytes "
+               "and the GB/s they are read at (CUDA)");
   return [a] { return run_bench(*a); };
 }
 

@@ -302,12 +302,16 @@ TEST(CudaTimeline, ADecodeTokenIsAttributedToItsSteps) {
     const std::vector<runtime::StepTime> steps = ex.timeline(std::span(&id, 1), 0);
     ASSERT_EQ(steps.size(), kernel_steps - 1) << "graphs " << graphs;
     double total = 0.0;
+    uint64_t weight_bytes = 0;
     for (const runtime::StepTime& st : steps) {
       EXPECT_GE(st.launches, 1) << st.kind;
       EXPECT_GE(st.us, 0.0) << st.kind;
       total += st.us;
+      weight_bytes += st.weight_bytes;
     }
     EXPECT_GT(total, 0.0);
+    // Every weight but the output head's (the last step, which no stamp follows).
+    EXPECT_EQ(weight_bytes, mem->model.decode_weight_bytes() - mem->model.output.bytes());
     EXPECT_EQ(ex.n_past(0), 4);
     std::vector<float> next, plain_next;
     ex.forward(std::span(&id, 1), 0, false, next);

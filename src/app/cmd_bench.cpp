@@ -216,8 +216,9 @@ int run_null_dispatches(runtime::Executor& ex, const BenchArgs& a, int64_t n_voc
 
 // --timeline: where a decode token's time goes, by step kind (cuda/timeline.h). A short
 // prompt first gives attention a context and one untimed token builds and captures the
-// program; then each of the n_gen decode tokens runs with the timeline armed.
-int run_timeline(runtime::Executor& ex, const BenchArgs& a, int64_t n_vocab) {
+// program; then each of the n_gen decode tokens runs with the timeline armed. copy_bw: the
+// measured copy bandwidth (bytes/s) each step kind's weight GB/s is set against.
+int run_timeline(runtime::Executor& ex, const BenchArgs& a, int64_t n_vocab, double copy_bw) {
   constexpr int kContext = 16;
   const int n = std::max(1, a.n_gen);
   const std::vector<int32_t> ids = bench_ids(kContext + 1 + n, n_vocab);
@@ -239,11 +240,14 @@ int run_timeline(runtime::Executor& ex, const BenchArgs& a, int64_t n_vocab) {
                     {"us_per_step", k.us / k.steps},
                     {"pct_of_timed", 100.0 * k.us / total},
                     {"weight_mb_per_step", 1e-6 * double(k.weight_bytes) / k.steps},
-                    {"weight_gb_per_s", 1e-3 * double(k.weight_bytes) / k.us}});
+                    {"weight_gb_per_s", 1e-3 * double(k.weight_bytes) / k.us},
+                    {"weight_pct_of_copy",
+                     copy_bw > 0 ? 1e8 * double(k.weight_bytes) / k.us / copy_bw : 0.0}});
   }
   if (a.output == "json") {
     const nlohmann::json doc{{"position", kContext + 1},
                              {"tokens", n},
+                             {"copy_gb_per_s", copy_bw / 1e9},
                              {"us_per_token_timed", total / n},
                              {"kinds", rows}};
     fmt::print("{}\n", doc.dump(2));
@@ -251,18 +255,19 @@ int run_timeline(runtime::Executor& ex, const BenchArgs& a, int64_t n_vocab) {
   }
   fmt::print(
       "decode token at position {}, {} tokens: {:.1f} µs per token timed (every step but the "
-      "last: no kernel start follows it)\n",
-      kContext + 1, n, total / n);
+      "last: no kernel start follows it); weights against {:.0f} GB/s measured copy bandwidth\n",
+      kContext + 1, n, total / n, copy_bw / 1e9);
   fmt::print(
       "| step kind | steps/token | launches/token | µs/token | µs/step | % of timed | weight "
-      "MB/step | weight GB/s |\n"
-      "|---|---:|---:|---:|---:|---:|---:|---:|\n");
+      "MB/step | weight GB/s | % of copy |\n"
+      "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const auto& r : rows) {
-    fmt::print("| {} | {:.0f} | {:.0f} | {:.1f} | {:.2f} | {:.1f}% | {:.2f} | {:.0f} |\n",
+    fmt::print("| {} | {:.0f} | {:.0f} | {:.1f} | {:.2f} | {:.1f}% | {:.2f} | {:.0f} | {:.1f}% |\n",
                r["kind"].get<std::string>(), r["steps_per_token"].get<double>(),
                r["launches_per_token"].get<double>(), r["us_per_token"].get<double>(),
                r["us_per_step"].get<double>(), r["pct_of_timed"].get<double>(),
-               r["weight_mb_per_step"].get<double>(), r["weight_gb_per_s"].get<double>());
+               r["weight_mb_per_step"].get<double>(), r["weight_gb_per_s"].get<double>(),
+               r["weight_pct_of_copy"].get<double>());
   }
   return 0;
 }
@@ -281,7 +286,7 @@ int run_bench(const BenchArgs& a) {
     if (a.n_gen <= 0) fail("--null-dispatches needs a tg test (-n > 0)");
     return run_null_dispatches(ex, a, V);
   }
-  if (a.timeline) return run_timeline(ex, a, V);
+  if (a.timeline) return run_timeline(ex, a, V, roofline_bw);
   std::vector<Test> tests;
   if (a.n_prompt > 0) tests.push_back({fmt::format("pp{}", a.n_prompt), true, a.n_prompt});
   if (a.n_gen > 0) tests.push_back({fmt::format("tg{}", a.n_gen), false, a.n_gen});

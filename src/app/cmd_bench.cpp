@@ -233,6 +233,7 @@ int run_timeline(runtime::Executor& ex, const BenchArgs& a, int64_t n_vocab, dou
   for (const runtime::KindTime& k : kinds) total += k.us;
   nlohmann::json rows = nlohmann::json::array();
   for (const runtime::KindTime& k : kinds) {
+    const double weight_gb_per_s = 1e-3 * double(k.weight_bytes) / k.us;
     rows.push_back({{"kind", k.kind},
                     {"steps_per_token", double(k.steps) / n},
                     {"launches_per_token", double(k.launches) / n},
@@ -240,9 +241,8 @@ int run_timeline(runtime::Executor& ex, const BenchArgs& a, int64_t n_vocab, dou
                     {"us_per_step", k.us / k.steps},
                     {"pct_of_timed", 100.0 * k.us / total},
                     {"weight_mb_per_step", 1e-6 * double(k.weight_bytes) / k.steps},
-                    {"weight_gb_per_s", 1e-3 * double(k.weight_bytes) / k.us},
-                    {"weight_pct_of_copy",
-                     copy_bw > 0 ? 1e8 * double(k.weight_bytes) / k.us / copy_bw : 0.0}});
+                    {"weight_gb_per_s", weight_gb_per_s},
+                    {"weight_pct_of_copy", copy_bw > 0 ? 1e11 * weight_gb_per_s / copy_bw : 0.0}});
   }
   if (a.output == "json") {
     const nlohmann::json doc{{"position", kContext + 1},
@@ -385,8 +385,8 @@ Run add_bench(CLI::App& app) {
   app.add_flag("-v,--verbose", a->verbose, "dispatches per token by op kind");
   app.add_flag("--timeline", a->timeline,
                "where a decode token's time goes: every kernel stamps the GPU clock as it "
-               "starts, time summed by step kind over -n tokens, with each kind's weight bytes "
-               "and the GB/s they are read at (CUDA)");
+               "starts, time summed by step kind over -n tokens, with each kind's weight bytes, "
+               "the GB/s they are read at and its % of the measured copy bandwidth (CUDA)");
   return [a] { return run_bench(*a); };
 }
 

@@ -492,9 +492,10 @@ int CudaExecutor::recurrence(const model::Step& s, ProgramMem& pm, Slot& slot, c
 // (12.1 us, but the recurrence after it 4.47 -> 5.14 us, we think for the 4 free SMs where
 // its CTAs read the state before their wait: tg128 unchanged), and that with 4 chunks a wait
 // (13.8 us; H200, 2026-12-02). Nor beside it (branch exp/s23-beside, bit-identical): one-warp
-// CTAs per row group and chunk range, one to an SM next to the Q1_0 GEMV's CTAs, each ran ~9 µs
-// after its wait, most of it waiting for its 40 KB of weights and x behind the ~97 KB the GEMV
-// streams through the same SM: qkv step 22.7 µs, tg128 298 against 340 (H200, 2026-12-03).
+// CTAs per row group and chunk range, one to an SM next to the Q1_0 GEMV's CTAs. Each ran ~10
+// µs after its wait (qkv step 22.65 µs, a9c7ae0), still 8.8 µs with x copied in one round trip
+// (tg128 297.7 against 339.7, 7566152; H200, 2026-12-03). Our reading, not verified: its 40 KB
+// of weights and x queue behind the ~97 KB the GEMV streams through the same SM.
 int CudaExecutor::fused_matmul(const model::Step& s, ProgramMem& pm, Slot& slot) {
   const int n = s.n_mats();
   const DevRows x = view(pm, s.in[0]);

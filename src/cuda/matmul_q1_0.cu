@@ -529,7 +529,15 @@ __global__ void __launch_bounds__(kQuantizeBlocks * 16)
 //    pdl_wait (cp.async.bulk on an mbarrier per round and team, up to 227 KB a CTA): tg128 272
 //    vs 319, the bytes landing no sooner than behind the L2 prefetch; and gate+up's prefetches
 //    ordered round by round: no change. The first slot does not wait on where or when its
-//    weights come from: ncu finds instruction fetch, not memory, the first stall.
+//    weights come from: ncu finds instruction fetch, not memory, the first stall;
+//  - (2026-12-03, branch exp/s24-smem-gemv) the plain GEMV as a lean kernel of its own, each
+//    CTA bulk-copying all of its row tiles into shared memory at entry: same bits, at best
+//    5.90 µs at 5120->10240 (this kernel 6.18, read ceiling 3.41). Its bytes land ~2.6-3.1 µs
+//    after its wait, before x is quantised; then the dots still take ~1.3 µs with every weight
+//    in shared memory (ncu: barrier stalls first, long scoreboard 0.05). So what a per-layer
+//    GEMV pays beyond its bytes is its dependent chain after the wait (stage, quantise, dots,
+//    slice sums, stores), wherever the weights come from. A ballot quantiser (a warp per
+//    block, REDUX for amax and sum) made the same codes but took 2.0-2.3 µs against ~1.0.
 // Seven more registers held across the dots made ptxas spill 12 bytes at its 96 (a slower GEMV
 // everywhere): the conv epilogue's taps travel through shared memory instead.
 //

@@ -217,17 +217,27 @@ struct ChunkLoads {
   uint4 scales[kQ];
 };
 
+// Weight loads: streamed from global memory, or from a copy in shared memory (the GEMV chain).
+template <bool kShared>
+__device__ __forceinline__ uint4 ld_weight(const uint4* p) {
+  if constexpr (kShared) {
+    return *p;
+  } else {
+    return ld_stream(p);
+  }
+}
+
 // bits / scales: the chunk's first quad of this row tile, plus the lane (bits) / its group
 // (scales); quads: how many of the chunk's kQ quads exist.
-template <int kQ>
+template <int kQ, bool kShared = false>
 __device__ __forceinline__ void load_quads(const uint4* bits, const uint4* scales, int quads,
                                            ChunkLoads<kQ>& t) {
 #pragma unroll
   for (int i = 0; i < kQ; ++i) {
     if (i < quads) {
-      t.bits[i][0] = ld_stream(bits + i * 64);
-      t.bits[i][1] = ld_stream(bits + i * 64 + 32);
-      t.scales[i] = ld_stream(scales + i * 8);
+      t.bits[i][0] = ld_weight<kShared>(bits + i * 64);
+      t.bits[i][1] = ld_weight<kShared>(bits + i * 64 + 32);
+      t.scales[i] = ld_weight<kShared>(scales + i * 8);
     }
   }
 }
@@ -1479,6 +1489,411 @@ unsigned matmul_fused_q1_0_f32act(const FusedGemv& f, cudaStream_t s) {
     fail("cuda matmul_fused q1_0 (f32 activations): no codes in or out");
   }
   return chunked_fused<Q1F32Format>(f, s);
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// The persistent GEMV chain (bench/chain_lab): plain one-token Q1_0 GEMVs, each step's x
+// written by an earlier step, run as ONE cooperative kernel with a grid barrier per step. The
+// question it answers: does a kernel that streams the weights of later steps while the current
+// one finishes (DESIGN.md §4's megakernel) take back what a per-layer GEMV spends beyond its
+// bytes? Every launch of the decode pays ~1-3 µs before its first byte arrives and then the
+// dependent chain after its wait; here the bytes stream continuously and only the chain stays.
+//
+// Each CTA (one per SM) holds kChainWarps consumer warps and one producer warp:
+//   producer (one thread): walks every step's row tiles that this CTA owns (tile t of a step
+//     belongs to CTA t mod grid) and bulk-copies each tile's bits and scales (cp.async.bulk)
+//     into a ring of shared memory, one mbarrier ("full") per ring entry. It never waits on
+//     activations, only on ring space: an entry's bytes are reused once its team has released
+//     it ("empty" mbarrier), so it runs up to a ring ahead of the consumers, across steps.
+//   consumers: per step, wait until every CTA has finished the step before (a release/acquire
+//     counter), stage x and quantise it (the one-launch GEMV's device code on the same floats:
+//     quantize_eighths, stage_pos), then teams of `slices` warps take the CTA's tiles in order,
+//     each waiting only for its own tile's mbarrier, with dot_chunk / sum_quad_lanes /
+//     sum_slices in the one-launch GEMV's order. So every y is bit-identical to matmul_fused's
+//     plain GEMV (the lab checks it).
+namespace {
+
+constexpr int kChainWarps = 18;                        // consumer warps (3 teams of 5 or 6)
+constexpr int kChainThreads = 32 * (kChainWarps + 1);  // + the producer warp
+constexpr int kChainEntries = 32;                      // ring entries per CTA
+constexpr int kChainBarrier = 8;                       // the consumers' named barrier (teams 1..3)
+
+struct ChainStep {
+  const uint4* bits;
+  const uint4* scales;
+  const float* x;
+  float* y;
+  int n_in, n_out, n_quads, n_tiles, slices, chunks;
+};
+
+struct ChainArgs {
+  const ChainStep* steps;
+  int n_steps;
+  unsigned* arrivals;  // CTAs that finished a step, summed over steps (zero at launch)
+  int ring_bytes;      // the ring at offset 0 of the dynamic shared memory
+  int off_stage, off_act, off_meta, off_red, off_bar;
+  uint64_t* trace;  // [step][cta][kChainTraceEvents] globaltimer stamps, or null
+};
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint64_t* b, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(b)), "r"(count)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* b) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(b)) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* b, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(b)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* b, unsigned parity) {
+  asm volatile(
+      "{\n .reg .pred p;\n W%=:\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      " @!p bra W%=;\n}" ::"r"(smem_addr(b)),
+      "r"(parity)
+      : "memory");
+}
+// bytes (a multiple of 16) from global src to shared dst (both 16-byte aligned), completing
+// as transaction bytes on the mbarrier b.
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes,
+                                          uint64_t* b) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(b))
+      : "memory");
+}
+
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+struct ChainRing {
+  unsigned char* bytes;
+  uint64_t* full;    // [kChainEntries]
+  uint64_t* empty;   // [kChainEntries]
+  int* offset;       // [kChainEntries] the entry's byte offset in the ring
+  int* tag;          // [kChainEntries] the tile sequence number the entry holds (-1: none yet)
+  long long* start;  // [kChainEntries] its position in the producer's unbounded byte count
+
+  __device__ explicit ChainRing(unsigned char* smem, int off_bar)
+      : bytes(smem),
+        full(reinterpret_cast<uint64_t*>(smem + off_bar)),
+        empty(full + kChainEntries),
+        offset(reinterpret_cast<int*>(empty + kChainEntries)),
+        tag(offset + kChainEntries),
+        start(reinterpret_cast<long long*>(tag + kChainEntries)) {}
+
+  // Waits until entry e holds tile q and its bytes have landed. A team takes every teams-th
+  // tile, so it may reach tile q before the entry's previous tile (q - kChainEntries) has
+  // landed, when the mbarrier's parity would already read as q's phase complete: the tag,
+  // written before the producer re-arms the entry (which it does only after that tile was
+  // released), says the entry is in q's phase.
+  __device__ void wait_full(int q) const {
+    const int e = q % kChainEntries;
+    while (*static_cast<volatile int*>(tag + e) != q) {
+    }
+    mbar_wait(full + e, (q / kChainEntries) & 1);
+  }
+};
+
+__device__ __forceinline__ void chain_stamp(const ChainArgs& a, int step, int e) {
+  if (a.trace == nullptr) return;
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  a.trace[(int64_t(step) * gridDim.x + blockIdx.x) * kChainTraceEvents + e] = t;
+}
+
+// The CTA's row tiles of step st: t = blockIdx.x + i * gridDim.x.
+__device__ __forceinline__ int chain_tiles(const ChainStep& st) {
+  return st.n_tiles > static_cast<int>(blockIdx.x)
+             ? (st.n_tiles - 1 - static_cast<int>(blockIdx.x)) / static_cast<int>(gridDim.x) + 1
+             : 0;
+}
+
+// The producer (one thread): every tile of every step, in the consumers' order, as soon as the
+// ring has room. Entries are placed at increasing positions of an unbounded byte count (an
+// entry never straddles the ring's end) and released in any order; the producer reclaims them
+// oldest first, so a region is free once every older entry has been released.
+__device__ void chain_produce(const ChainArgs& a, const ChainRing& r) {
+  const long long ring = a.ring_bytes;
+  long long pos = 0;
+  int seq = 0, oldest = 0;
+  for (int s = 0; s < a.n_steps; ++s) {
+    const ChainStep st = a.steps[s];
+    const unsigned bits_bytes = unsigned(st.n_quads) * 1024u, bytes = bits_bytes + st.n_quads * 128u;
+    const int tiles = chain_tiles(st);
+    chain_stamp(a, s, kChainIssued);
+    for (int i = 0; i < tiles; ++i, ++seq) {
+      const int tile = static_cast<int>(blockIdx.x) + i * static_cast<int>(gridDim.x);
+      long long v = pos;
+      if (v % ring + bytes > ring) v = (v / ring + 1) * ring;
+      while (oldest < seq && (seq - oldest >= kChainEntries ||
+                              v + bytes > r.start[oldest % kChainEntries] + ring)) {
+        mbar_wait(r.empty + oldest % kChainEntries, (oldest / kChainEntries) & 1);
+        ++oldest;
+      }
+      const int e = seq % kChainEntries;
+      r.start[e] = v;
+      r.offset[e] = static_cast<int>(v % ring);
+      *static_cast<volatile int*>(r.tag + e) = seq;
+      unsigned char* dst = r.bytes + v % ring;
+      mbar_arrive_expect_tx(r.full + e, bytes);
+      bulk_copy(dst, st.bits + int64_t(tile) * st.n_quads * 64, bits_bytes, r.full + e);
+      bulk_copy(dst + bits_bytes, st.scales + int64_t(tile) * st.n_quads * 8, st.n_quads * 128u,
+                r.full + e);
+      pos = v + bytes;
+    }
+    chain_stamp(a, s, kChainIssuedAll);
+  }
+}
+
+// x of step st (n_in floats, zero-padded to the quads) staged at stage_pos, every load of a
+// thread issued before its stores; then every eighth quantised into act / meta.
+__device__ void chain_prologue(const ChainStep& st, float4* stage, uint32_t* act, ActMeta* meta,
+                               int lane, int warp) {
+  constexpr int kThreads = 32 * kChainWarps, kBatch = 8;
+  const int tid = threadIdx.x;
+  const int n4 = st.n_quads * 128, valid4 = st.n_in / 4;
+  const float4* x4 = reinterpret_cast<const float4*>(st.x);
+  for (int base = 0; base < n4; base += kBatch * kThreads) {
+    float4 v[kBatch];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const int i = base + k * kThreads + tid;
+      v[k] = i < valid4 ? __ldcg(x4 + i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const int i = base + k * kThreads + tid;
+      if (i < n4) stage[stage_pos(i)] = v[k];
+    }
+  }
+  bar_sync(kChainBarrier, kThreads);  // x is staged before any eighth reads it
+  const int n_eighths = st.n_quads * kQuadBlocks * 16;
+  for (int u0 = warp * 32; u0 < n_eighths; u0 += kThreads) {
+    const int u[1] = {u0 + lane}, uc[1] = {min(u0 + lane, n_eighths - 1)};
+    uint32_t words[1][2];
+    float d[1];
+    int sum[1];
+    quantize_eighths<true, 1>(stage, uc, lane, words, d, sum);
+    if (u[0] < n_eighths) store_eighth(act, meta, u[0], words[0], d[0], sum[0]);
+  }
+  bar_sync(kChainBarrier, kThreads);  // act / meta are complete before any dot reads them
+}
+
+template <int kQ>
+__device__ void chain_consume(const ChainArgs& a, const ChainRing& r, unsigned char* smem) {
+  constexpr int kThreads = 32 * kChainWarps;
+  float4* stage = reinterpret_cast<float4*>(smem + a.off_stage);
+  uint32_t* act = reinterpret_cast<uint32_t*>(smem + a.off_act);
+  ActMeta* meta = reinterpret_cast<ActMeta*>(smem + a.off_meta);
+  float* red = reinterpret_cast<float*>(smem + a.off_red);  // [2 parities][warps][16]
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const BmmaMath math(lane);
+  int seq = 0, parity = 0;
+  for (int s = 0; s < a.n_steps; ++s) {
+    const ChainStep st = a.steps[s];
+    if (s > 0 && threadIdx.x == 0) {
+      const unsigned target = unsigned(s) * gridDim.x;
+      while (ld_acquire(a.arrivals) < target) {
+      }
+    }
+    // Orders every thread after thread 0's acquire, and the step before's dots (which read
+    // act / meta) before this step's prologue overwrites them.
+    bar_sync(kChainBarrier, kThreads);
+    if (threadIdx.x == 0) chain_stamp(a, s, kChainWaited);
+    chain_prologue(st, stage, act, meta, lane, warp);
+    if (threadIdx.x == 0) chain_stamp(a, s, kChainQuantised);
+    const int teams = kChainWarps / st.slices, team = warp / st.slices, slice = warp % st.slices;
+    const int tiles = chain_tiles(st);
+    if (team < teams) {
+      const int q_begin = slice * st.chunks * kQ;
+      const int quads = max(0, min(st.chunks * kQ, st.n_quads - q_begin));
+      const int r16 = static_cast<int>(threadIdx.x) - team * st.slices * 32;
+      for (int i = team; i < tiles; i += teams) {
+        const int q = seq + i, e = q % kChainEntries;
+        r.wait_full(q);
+        const uint4* bits = reinterpret_cast<const uint4*>(r.bytes + r.offset[e]);
+        const uint4* scales = bits + st.n_quads * 64;
+        float2 acc = make_float2(0.0f, 0.0f);
+        for (int c = 0; c < st.chunks; ++c) {
+          const int q0 = q_begin + c * kQ;
+          ChunkLoads<kQ> t;
+          load_quads<kQ, true>(bits + q0 * 64 + lane, scales + q0 * 8 + (lane >> 2),
+                               quads - c * kQ, t);
+          const float2 p = dot_chunk<BmmaMath, kQ, true>(
+              math, act + q0 * kQuadBlocks * 32 + BmmaMath::lane_offset(lane),
+              meta + q0 * kQuadBlocks, t, quads - c * kQ, lane);
+          acc.x += p.x;
+          acc.y += p.y;
+        }
+        const float2 sums = sum_quad_lanes(acc);
+        if ((lane & 3) == 0) {
+          float* slot = red + (parity * kChainWarps + warp) * kTileRows + (lane >> 2);
+          slot[0] = sums.x;
+          slot[8] = sums.y;
+        }
+        // The team's slice sums are in shared memory and its warps are done with the entry.
+        bar_sync(1 + team, 32 * st.slices);
+        if (r16 == 0) mbar_arrive(r.empty + e);
+        if (r16 < kTileRows) {
+          const int row = (static_cast<int>(blockIdx.x) + i * static_cast<int>(gridDim.x)) *
+                              kTileRows +
+                          r16;
+          if (row < st.n_out) {
+            st.y[row] = sum_slices(red + (parity * kChainWarps + team * st.slices) * kTileRows + r16,
+                                   st.slices, kTileRows);
+          }
+        }
+        parity ^= 1;
+      }
+    }
+    seq += tiles;
+    bar_sync(kChainBarrier, kThreads);  // every y of this CTA is stored
+    if (threadIdx.x == 0) {
+      __threadfence();
+      atomicAdd(a.arrivals, 1u);
+      chain_stamp(a, s, kChainDone);
+    }
+  }
+}
+
+template <int kQ>
+__global__ void __launch_bounds__(kChainThreads, 1) q1_chain_kernel(const __grid_constant__ ChainArgs a) {
+  extern __shared__ float4 smem4[];
+  unsigned char* smem = reinterpret_cast<unsigned char*>(smem4);
+  const ChainRing r(smem, a.off_bar);
+  if (threadIdx.x == 0) {
+    for (int e = 0; e < kChainEntries; ++e) {
+      mbar_init(r.full + e, 1);
+      mbar_init(r.empty + e, 1);
+      r.tag[e] = -1;
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();  // the barriers are initialised before anyone uses them
+  if (threadIdx.x >= 32 * kChainWarps) {
+    if (threadIdx.x == 32 * kChainWarps) chain_produce(a, r);
+    return;
+  }
+  chain_consume<kQ>(a, r, smem);
+}
+
+size_t align128(size_t n) {
+  return (n + 127) / 128 * 128;
+}
+
+}  // namespace
+
+struct Q1Chain::Impl {
+  DeviceBuffer table, arrivals;
+  ChainArgs args{};
+  unsigned grid = 0;
+  size_t smem = 0;
+};
+
+Q1Chain::Q1Chain(const std::vector<Q1ChainStep>& steps) : impl_(std::make_unique<Impl>()) {
+  if (steps.empty()) fail("cuda q1_0 chain: no steps");
+  std::vector<ChainStep> table;
+  int max_quads = 0;
+  unsigned max_tile_bytes = 0;
+  for (size_t k = 0; k < steps.size(); ++k) {
+    const GpuMatrix& w = *steps[k].w;
+    if (w.type != quant::Type::Q1_0 || w.f32_activations) {
+      fail("cuda q1_0 chain: step {} matrix '{}' is {}, not Q1_0 on quantised activations", k,
+           w.name, quant::type_info(w.type).name);
+    }
+    const int n_quads = static_cast<int>(w.n_col_tiles);
+    if (n_quads > max_slices(2) * 2) {
+      fail("cuda q1_0 chain: step {} matrix '{}' has n_in {} > {}", k, w.name, w.n_in,
+           max_slices(2) * 2 * 512);
+    }
+    if (!aligned16(steps[k].x)) fail("cuda q1_0 chain: step {} x is not 16-byte aligned", k);
+    const Q1Cut cut = q1_cut(2, n_quads);
+    table.push_back(ChainStep{w.codes.as<uint4>(), w.scales.as<uint4>(), steps[k].x, steps[k].y,
+                              static_cast<int>(w.n_in), static_cast<int>(w.n_out), n_quads,
+                              static_cast<int>(w.n_row_tiles), cut.slices, cut.chunks});
+    max_quads = std::max(max_quads, n_quads);
+    max_tile_bytes = std::max(max_tile_bytes, unsigned(n_quads) * 1152u);
+  }
+  Impl& m = *impl_;
+  ChainArgs& a = m.args;
+  a.n_steps = static_cast<int>(table.size());
+  const void* kernel = reinterpret_cast<const void*>(&q1_chain_kernel<2>);
+  const size_t max_smem = allow_max_smem(kernel);
+  const size_t rest = align128(size_t(max_quads) * 512 * sizeof(float)) +
+                      align128(size_t(max_quads) * kQuadBlocks * 128) +
+                      align128(size_t(max_quads) * kQuadBlocks * sizeof(ActMeta)) +
+                      align128(2 * kChainWarps * kTileRows * sizeof(float)) +
+                      kChainEntries * (2 * sizeof(uint64_t) + 2 * sizeof(int) + sizeof(long long));
+  if (rest + max_tile_bytes > max_smem) {
+    fail("cuda q1_0 chain: {} B of shared memory besides the ring leave no room for a {} B tile",
+         rest, max_tile_bytes);
+  }
+  a.ring_bytes = static_cast<int>((max_smem - rest) / 128 * 128);
+  size_t off = size_t(a.ring_bytes);
+  a.off_stage = static_cast<int>(off);
+  off += align128(size_t(max_quads) * 512 * sizeof(float));
+  a.off_act = static_cast<int>(off);
+  off += align128(size_t(max_quads) * kQuadBlocks * 128);
+  a.off_meta = static_cast<int>(off);
+  off += align128(size_t(max_quads) * kQuadBlocks * sizeof(ActMeta));
+  a.off_red = static_cast<int>(off);
+  off += align128(2 * kChainWarps * kTileRows * sizeof(float));
+  a.off_bar = static_cast<int>(off);
+  off += kChainEntries * (2 * sizeof(uint64_t) + 2 * sizeof(int) + sizeof(long long));
+  m.smem = off;
+  int per_sm = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kChainThreads, m.smem));
+  if (per_sm < 1) fail("cuda q1_0 chain: no CTA of {} B shared memory fits an SM", m.smem);
+  m.grid = static_cast<unsigned>(sm_count());
+  m.table = DeviceBuffer(table.size() * sizeof(ChainStep));
+  CUDA_CHECK(cudaMemcpy(m.table.get(), table.data(), m.table.bytes(), cudaMemcpyHostToDevice));
+  m.arrivals = DeviceBuffer(sizeof(unsigned));
+  a.steps = m.table.as<ChainStep>();
+  a.arrivals = m.arrivals.as<unsigned>();
+}
+
+Q1Chain::~Q1Chain() = default;
+
+void Q1Chain::run(cudaStream_t s, uint64_t* trace) const {
+  ChainArgs a = impl_->args;
+  a.trace = trace;
+  CUDA_CHECK(cudaMemsetAsync(a.arrivals, 0, sizeof(unsigned), s));
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(impl_->grid);
+  cfg.blockDim = dim3(kChainThreads);
+  cfg.dynamicSmemBytes = impl_->smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;  // every CTA resident: the grid barrier needs it
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, &q1_chain_kernel<2>, a));
+}
+
+unsigned Q1Chain::grid() const {
+  return impl_->grid;
+}
+
+std::string Q1Chain::describe() const {
+  return fmt::format("{} CTAs x {} threads ({} consumer warps + a producer), {} B shared, ring {} B",
+                     impl_->grid, kChainThreads, kChainWarps, impl_->smem,
+                     impl_->args.ring_bytes);
+}
+
+std::string q1_0_chain_trace_event(int e) {
+  static const char* const kNames[] = {"waited", "quantised", "done", "issued", "issued all"};
+  return e >= 0 && e < kChainTraceEvents ? kNames[e] : "?";
 }
 
 }  // namespace gdn::cuda::mm

@@ -122,9 +122,7 @@ class Lab {
     return b;
   }
 
-  void launch_step(size_t i) {
-    matmul_fused(plain_gemv(*steps_[i].w, x(0, i), y(0, i)), s_);
-  }
+  void launch_step(size_t i) { matmul_fused(plain_gemv(*steps_[i].w, x(0, i), y(0, i)), s_); }
 
   // Every y of both variants, bit for bit; prints the first difference.
   bool check() {
@@ -147,8 +145,8 @@ class Lab {
       }
     }
     std::vector<float> last(y_[0].back().bytes() / 4);
-    CUDA_CHECK(cudaMemcpy(last.data(), y_[0].back().get(), y_[0].back().bytes(),
-                          cudaMemcpyDeviceToHost));
+    CUDA_CHECK(
+        cudaMemcpy(last.data(), y_[0].back().get(), y_[0].back().bytes(), cudaMemcpyDeviceToHost));
     double rms = 0;
     for (float v : last) rms += double(v) * v;
     fmt::print("check: {} steps bit-identical (last y rms {:.3g})\n", steps_.size(),
@@ -267,7 +265,9 @@ int run() {
                layer / (4 * us) / 1e3, 100.0 * layer / (4 * us * 1e-6) / copy_bw);
   };
   print_timeline(lab.trace(), lab.n_steps(), lab.chain().grid());
-  fmt::print("\n| variant | µs a step | µs a layer | weight GB/s | % of copy |\n|---|---:|---:|---:|---:|\n");
+  fmt::print(
+      "\n| variant | µs a step | µs a layer | weight GB/s | % of copy "
+      "|\n|---|---:|---:|---:|---:|\n");
   row("launches (graph, PDL)", median(launches));
   row("persistent chain", median(chain));
   return 0;

@@ -1491,7 +1491,6 @@ unsigned matmul_fused_q1_0_f32act(const FusedGemv& f, cudaStream_t s) {
   return chunked_fused<Q1F32Format>(f, s);
 }
 
-
 // ---------------------------------------------------------------------------------------------
 // The persistent GEMV chain (bench/chain_lab): plain one-token Q1_0 GEMVs, each step's x
 // written by an earlier step, run as ONE cooperative kernel with a grid barrier per step. The
@@ -1560,8 +1559,7 @@ __device__ __forceinline__ void mbar_wait(uint64_t* b, unsigned parity) {
 }
 // bytes (a multiple of 16) from global src to shared dst (both 16-byte aligned), completing
 // as transaction bytes on the mbarrier b.
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes,
-                                          uint64_t* b) {
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, uint64_t* b) {
   asm volatile(
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
           "r"(smem_addr(dst)),
@@ -1628,7 +1626,8 @@ __device__ void chain_produce(const ChainArgs& a, const ChainRing& r) {
   int seq = 0, oldest = 0;
   for (int s = 0; s < a.n_steps; ++s) {
     const ChainStep st = a.steps[s];
-    const unsigned bits_bytes = unsigned(st.n_quads) * 1024u, bytes = bits_bytes + st.n_quads * 128u;
+    const unsigned bits_bytes = unsigned(st.n_quads) * 1024u,
+                   bytes = bits_bytes + st.n_quads * 128u;
     const int tiles = chain_tiles(st);
     chain_stamp(a, s, kChainIssued);
     for (int i = 0; i < tiles; ++i, ++seq) {
@@ -1698,7 +1697,7 @@ __device__ void chain_consume(const ChainArgs& a, const ChainRing& r, unsigned c
   float* red = reinterpret_cast<float*>(smem + a.off_red);  // [2 parities][warps][16]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const BmmaMath math(lane);
-  int seq = 0, parity = 0;
+  int seq = 0;
   for (int s = 0; s < a.n_steps; ++s) {
     const ChainStep st = a.steps[s];
     if (s > 0 && threadIdx.x == 0) {
@@ -1714,6 +1713,9 @@ __device__ void chain_consume(const ChainArgs& a, const ChainRing& r, unsigned c
     if (threadIdx.x == 0) chain_stamp(a, s, kChainQuantised);
     const int teams = kChainWarps / st.slices, team = warp / st.slices, slice = warp % st.slices;
     const int tiles = chain_tiles(st);
+    // Teams are formed anew each step (slices differ): every warp starts on the same parity.
+    // The barrier before the prologue ordered the last step's sums read before any is written.
+    int parity = 0;
     if (team < teams) {
       const int q_begin = slice * st.chunks * kQ;
       const int quads = max(0, min(st.chunks * kQ, st.n_quads - q_begin));
@@ -1727,8 +1729,8 @@ __device__ void chain_consume(const ChainArgs& a, const ChainRing& r, unsigned c
         for (int c = 0; c < st.chunks; ++c) {
           const int q0 = q_begin + c * kQ;
           ChunkLoads<kQ> t;
-          load_quads<kQ, true>(bits + q0 * 64 + lane, scales + q0 * 8 + (lane >> 2),
-                               quads - c * kQ, t);
+          load_quads<kQ, true>(bits + q0 * 64 + lane, scales + q0 * 8 + (lane >> 2), quads - c * kQ,
+                               t);
           const float2 p = dot_chunk<BmmaMath, kQ, true>(
               math, act + q0 * kQuadBlocks * 32 + BmmaMath::lane_offset(lane),
               meta + q0 * kQuadBlocks, t, quads - c * kQ, lane);
@@ -1745,12 +1747,12 @@ __device__ void chain_consume(const ChainArgs& a, const ChainRing& r, unsigned c
         bar_sync(1 + team, 32 * st.slices);
         if (r16 == 0) mbar_arrive(r.empty + e);
         if (r16 < kTileRows) {
-          const int row = (static_cast<int>(blockIdx.x) + i * static_cast<int>(gridDim.x)) *
-                              kTileRows +
-                          r16;
+          const int row =
+              (static_cast<int>(blockIdx.x) + i * static_cast<int>(gridDim.x)) * kTileRows + r16;
           if (row < st.n_out) {
-            st.y[row] = sum_slices(red + (parity * kChainWarps + team * st.slices) * kTileRows + r16,
-                                   st.slices, kTileRows);
+            st.y[row] =
+                sum_slices(red + (parity * kChainWarps + team * st.slices) * kTileRows + r16,
+                           st.slices, kTileRows);
           }
         }
         parity ^= 1;
@@ -1767,7 +1769,8 @@ __device__ void chain_consume(const ChainArgs& a, const ChainRing& r, unsigned c
 }
 
 template <int kQ>
-__global__ void __launch_bounds__(kChainThreads, 1) q1_chain_kernel(const __grid_constant__ ChainArgs a) {
+__global__ void __launch_bounds__(kChainThreads, 1)
+    q1_chain_kernel(const __grid_constant__ ChainArgs a) {
   extern __shared__ float4 smem4[];
   unsigned char* smem = reinterpret_cast<unsigned char*>(smem4);
   const ChainRing r(smem, a.off_bar);
@@ -1886,9 +1889,9 @@ unsigned Q1Chain::grid() const {
 }
 
 std::string Q1Chain::describe() const {
-  return fmt::format("{} CTAs x {} threads ({} consumer warps + a producer), {} B shared, ring {} B",
-                     impl_->grid, kChainThreads, kChainWarps, impl_->smem,
-                     impl_->args.ring_bytes);
+  return fmt::format(
+      "{} CTAs x {} threads ({} consumer warps + a producer), {} B shared, ring {} B", impl_->grid,
+      kChainThreads, kChainWarps, impl_->smem, impl_->args.ring_bytes);
 }
 
 std::string q1_0_chain_trace_event(int e) {

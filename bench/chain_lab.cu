@@ -35,6 +35,10 @@ namespace {
 constexpr int kLayers = 64;
 constexpr int kWeightSets = 4;
 constexpr int kReplays = 9;
+// The chain variants (Q1ChainOptions), each checked and timed beside the launches.
+constexpr mm::Q1ChainOptions kChainOptions[] = {{false, false}, {false, true}, {true, true}};
+const char* const kChainNames[] = {"x staged, fence + atomic", "x staged, red.release",
+                                   "x from L2, red.release"};
 
 struct Shape {
   const char* name;
@@ -110,12 +114,14 @@ class Lab {
     }
     std::vector<mm::Q1ChainStep> chain;
     for (size_t i = 0; i < steps_.size(); ++i) chain.push_back({steps_[i].w, x(1, i), y(1, i)});
-    chain_ = std::make_unique<mm::Q1Chain>(chain);
+    for (const mm::Q1ChainOptions& o : kChainOptions)
+      chains_.push_back(std::make_unique<mm::Q1Chain>(chain, o));
     CUDA_CHECK(cudaStreamSynchronize(s));
   }
 
   size_t n_steps() const { return steps_.size(); }
-  const mm::Q1Chain& chain() const { return *chain_; }
+  size_t n_chains() const { return chains_.size(); }
+  const mm::Q1Chain& chain(size_t c) const { return *chains_[c]; }
   double layer_bytes() const {
     double b = 0;
     for (int k = 0; k < kShapes; ++k) b += double(weights_[size_t(k)].device_bytes());
@@ -124,13 +130,13 @@ class Lab {
 
   void launch_step(size_t i) { matmul_fused(plain_gemv(*steps_[i].w, x(0, i), y(0, i)), s_); }
 
-  // Every y of both variants, bit for bit; prints the first difference.
-  bool check() {
+  // Every y of the launches and of chain c, bit for bit; prints the first difference.
+  bool check(size_t c) {
     for (int v = 0; v < 2; ++v) {
       for (auto& b : y_[v]) CUDA_CHECK(cudaMemsetAsync(b.get(), 0xff, b.bytes(), s_));
     }
     for (size_t i = 0; i < steps_.size(); ++i) launch_step(i);
-    chain_->run(s_);
+    chains_[c]->run(s_);
     CUDA_CHECK(cudaStreamSynchronize(s_));
     for (size_t i = 0; i < steps_.size(); ++i) {
       std::vector<float> a(y_[0][i].bytes() / 4), b(a.size());
@@ -138,8 +144,8 @@ class Lab {
       CUDA_CHECK(cudaMemcpy(b.data(), y_[1][i].get(), y_[1][i].bytes(), cudaMemcpyDeviceToHost));
       for (size_t r = 0; r < a.size(); ++r) {
         if (std::memcmp(&a[r], &b[r], sizeof(float)) != 0 || !std::isfinite(a[r])) {
-          fmt::print("check: step {} ({}) row {}: launches {} chain {}\n", i, steps_[i].w->name, r,
-                     a[r], b[r]);
+          fmt::print("check: chain {}, step {} ({}) row {}: launches {} chain {}\n", c, i,
+                     steps_[i].w->name, r, a[r], b[r]);
           return false;
         }
       }
@@ -149,7 +155,7 @@ class Lab {
         cudaMemcpy(last.data(), y_[0].back().get(), y_[0].back().bytes(), cudaMemcpyDeviceToHost));
     double rms = 0;
     for (float v : last) rms += double(v) * v;
-    fmt::print("check: {} steps bit-identical (last y rms {:.3g})\n", steps_.size(),
+    fmt::print("check: chain {}: {} steps bit-identical (last y rms {:.3g})\n", c, steps_.size(),
                std::sqrt(rms / double(last.size())));
     return true;
   }
@@ -159,15 +165,15 @@ class Lab {
         s_, [&](int i) { launch_step(size_t(i)); }, static_cast<int>(steps_.size()), kReplays);
   }
 
-  double chain_us_per_step() {
+  double chain_us_per_step(size_t c) {
     cudaEvent_t a, b;
     CUDA_CHECK(cudaEventCreate(&a));
     CUDA_CHECK(cudaEventCreate(&b));
-    chain_->run(s_);
+    chains_[c]->run(s_);
     std::vector<double> us;
     for (int r = 0; r < kReplays; ++r) {
       CUDA_CHECK(cudaEventRecord(a, s_));
-      chain_->run(s_);
+      chains_[c]->run(s_);
       CUDA_CHECK(cudaEventRecord(b, s_));
       CUDA_CHECK(cudaEventSynchronize(b));
       float ms = 0;
@@ -180,11 +186,11 @@ class Lab {
   }
 
   // The chain's timeline: trace[step][cta][event] (ns).
-  std::vector<uint64_t> trace() {
-    const size_t n = steps_.size() * chain_->grid() * mm::kChainTraceEvents;
+  std::vector<uint64_t> trace(size_t c) {
+    const size_t n = steps_.size() * chains_[c]->grid() * mm::kChainTraceEvents;
     DeviceBuffer t(n * sizeof(uint64_t));
     CUDA_CHECK(cudaMemsetAsync(t.get(), 0, t.bytes(), s_));
-    chain_->run(s_, t.as<uint64_t>());
+    chains_[c]->run(s_, t.as<uint64_t>());
     std::vector<uint64_t> h(n);
     CUDA_CHECK(cudaMemcpyAsync(h.data(), t.get(), t.bytes(), cudaMemcpyDeviceToHost, s_));
     CUDA_CHECK(cudaStreamSynchronize(s_));
@@ -203,13 +209,14 @@ class Lab {
   std::vector<Step> steps_;
   DeviceBuffer x0_;
   std::vector<DeviceBuffer> y_[2];
-  std::unique_ptr<mm::Q1Chain> chain_;
+  std::vector<std::unique_ptr<mm::Q1Chain>> chains_;
 };
 
 // Per layer shape, medians over the layers past the first and over CTAs: µs from the step
-// before's last CTA done to this CTA's wait returning, the prologue, the dots; the step's
-// span (last CTA done minus the step before's last CTA done); how long before its own wait
-// returned the producer had issued the step's last tile (negative: after).
+// before's last CTA done to this CTA's wait returning, the prologue, its team's tiles, its end
+// barrier and signal; the step's span (last CTA done minus the step before's last CTA done);
+// how long before its own wait returned the producer had issued the step's last tile
+// (negative: after).
 void print_timeline(const std::vector<uint64_t>& t, size_t n_steps, unsigned grid) {
   const auto at = [&](size_t s, unsigned c, int e) {
     return double(t[(s * grid + c) * mm::kChainTraceEvents + size_t(e)]);
@@ -220,22 +227,24 @@ void print_timeline(const std::vector<uint64_t>& t, size_t n_steps, unsigned gri
     return m;
   };
   fmt::print(
-      "| step | barrier µs | prologue µs | dots µs | span µs | producer lead µs |\n"
-      "|---|---:|---:|---:|---:|---:|\n");
+      "| step | barrier µs | prologue µs | tiles µs | signal µs | span µs | producer lead µs |\n"
+      "|---|---:|---:|---:|---:|---:|---:|\n");
   for (int k = 0; k < kShapes; ++k) {
-    std::vector<double> wait, pro, dots, span, lead;
+    std::vector<double> wait, pro, dots, signal, span, lead;
     for (size_t s = size_t(kShapes + k); s < n_steps; s += kShapes) {
       const double prev = last_done(s - 1);
       span.push_back((last_done(s) - prev) / 1e3);
       for (unsigned c = 0; c < grid; ++c) {
+        const auto between = [&](int e0, int e1) { return (at(s, c, e1) - at(s, c, e0)) / 1e3; };
         wait.push_back((at(s, c, mm::kChainWaited) - prev) / 1e3);
-        pro.push_back((at(s, c, mm::kChainQuantised) - at(s, c, mm::kChainWaited)) / 1e3);
-        dots.push_back((at(s, c, mm::kChainDone) - at(s, c, mm::kChainQuantised)) / 1e3);
-        lead.push_back((at(s, c, mm::kChainWaited) - at(s, c, mm::kChainIssuedAll)) / 1e3);
+        pro.push_back(between(mm::kChainWaited, mm::kChainQuantised));
+        dots.push_back(between(mm::kChainQuantised, mm::kChainDots));
+        signal.push_back(between(mm::kChainDots, mm::kChainDone));
+        lead.push_back(between(mm::kChainIssuedAll, mm::kChainWaited));
       }
     }
-    fmt::print("| {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} |\n", kLayer[k].name,
-               median(wait), median(pro), median(dots), median(span), median(lead));
+    fmt::print("| {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} |\n", kLayer[k].name,
+               median(wait), median(pro), median(dots), median(signal), median(span), median(lead));
   }
 }
 
@@ -249,27 +258,37 @@ int run() {
   CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   const double copy_bw = measure_copy_bandwidth(s);
   Lab lab(s);
-  fmt::print("chain_lab on {}: {} steps ({} layers of 4 GEMVs, {} weight sets); chain: {}\n",
-             describe_device(), lab.n_steps(), kLayers, kWeightSets, lab.chain().describe());
+  fmt::print("chain_lab on {}: {} steps ({} layers of 4 GEMVs, {} weight sets)\n",
+             describe_device(), lab.n_steps(), kLayers, kWeightSets);
   fmt::print("copy bandwidth {:.0f} GB/s (read + write)\n", copy_bw / 1e9);
-  if (!lab.check()) return 1;
-  std::vector<double> launches, chain;
-  for (int round = 0; round < 3; ++round) {  // rotated: A B, B A, A B
-    if (round % 2 == 0) launches.push_back(lab.launches_us_per_step());
-    chain.push_back(lab.chain_us_per_step());
-    if (round % 2 == 1) launches.push_back(lab.launches_us_per_step());
+  for (size_t c = 0; c < lab.n_chains(); ++c) {
+    fmt::print("chain {}: {}\n", c, lab.chain(c).describe());
+    if (!lab.check(c)) return 1;
+  }
+  // Rotated rounds: launches, chain 0, 1, ...; then starting one later, and so on.
+  const size_t n = lab.n_chains() + 1;
+  std::vector<std::vector<double>> us(n);
+  for (size_t round = 0; round < n; ++round) {
+    for (size_t k = 0; k < n; ++k) {
+      const size_t v = (round + k) % n;
+      us[v].push_back(v == 0 ? lab.launches_us_per_step() : lab.chain_us_per_step(v - 1));
+    }
+  }
+  for (size_t c = 0; c < lab.n_chains(); ++c) {
+    fmt::print("\ntimeline of chain {}\n", c);
+    print_timeline(lab.trace(c), lab.n_steps(), lab.chain(c).grid());
   }
   const double layer = lab.layer_bytes();
-  const auto row = [&](const char* name, double us) {
-    fmt::print("| {} | {:.2f} | {:.2f} | {:.0f} | {:.1f}% |\n", name, us, 4 * us,
-               layer / (4 * us) / 1e3, 100.0 * layer / (4 * us * 1e-6) / copy_bw);
-  };
-  print_timeline(lab.trace(), lab.n_steps(), lab.chain().grid());
   fmt::print(
       "\n| variant | µs a step | µs a layer | weight GB/s | % of copy "
       "|\n|---|---:|---:|---:|---:|\n");
-  row("launches (graph, PDL)", median(launches));
-  row("persistent chain", median(chain));
+  for (size_t v = 0; v < n; ++v) {
+    const double t = median(us[v]);
+    const std::string name = v == 0 ? "launches (graph, PDL)"
+                                    : "chain " + std::to_string(v - 1) + ": " + kChainNames[v - 1];
+    fmt::print("| {} | {:.2f} | {:.2f} | {:.0f} | {:.1f}% |\n", name, t, 4 * t,
+               layer / (4 * t) / 1e3, 100.0 * layer / (4 * t * 1e-6) / copy_bw);
+  }
   return 0;
 }
 

@@ -940,21 +940,26 @@ struct Q1ChainStep {
   float* y;            // n_out floats
 };
 // Stamps of the chain's timeline (globaltimer ns): per step and CTA, consumer thread 0 after
-// the step's grid barrier, after quantising x, after its last row stored; the producer when it
-// issues the step's first and last tile.
+// the step's grid barrier, after quantising x, after its team's last tile, after signalling
+// the CTA's last row stored; the producer when it issues the step's first and last tile.
 enum ChainTraceEvent {
   kChainWaited,
   kChainQuantised,
+  kChainDots,
   kChainDone,
   kChainIssued,
   kChainIssuedAll,
   kChainTraceEvents
 };
 std::string q1_0_chain_trace_event(int e);
+struct Q1ChainOptions {
+  bool direct_x = false;     // quantise x from L2, no staged copy (the ring gets its room)
+  bool release_add = false;  // a step's end signalled by red.release (else fence + atomicAdd)
+};
 class Q1Chain {
  public:
   // Checks the steps (types, sizes, alignment) and uploads their table; throws gdn::Error.
-  explicit Q1Chain(const std::vector<Q1ChainStep>& steps);
+  Q1Chain(const std::vector<Q1ChainStep>& steps, const Q1ChainOptions& o);
   ~Q1Chain();
   Q1Chain(const Q1Chain&) = delete;
   Q1Chain& operator=(const Q1Chain&) = delete;

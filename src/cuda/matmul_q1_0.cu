@@ -1532,7 +1532,8 @@ struct ChainArgs {
   unsigned* arrivals;  // CTAs that finished a step, summed over steps (zero at launch)
   int ring_bytes;      // the ring at offset 0 of the dynamic shared memory
   int off_stage, off_act, off_meta, off_red, off_bar;
-  uint64_t* trace;  // [step][cta][kChainTraceEvents] globaltimer stamps, or null
+  bool direct_x, release_add;  // Q1ChainOptions
+  uint64_t* trace;             // [step][cta][kChainTraceEvents] globaltimer stamps, or null
 };
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -1688,6 +1689,50 @@ __device__ void chain_prologue(const ChainStep& st, float4* stage, uint32_t* act
   bar_sync(kChainBarrier, kThreads);  // act / meta are complete before any dot reads them
 }
 
+// Q1ChainOptions::direct_x: each thread loads its eighths' floats straight from global memory
+// (L2) and quantises them (quantize_eighth_values: the same codes as from the staged copy),
+// two eighths interleaved as the one-launch GEMV's prologue does.
+__device__ void chain_quantise_direct(const ChainStep& st, uint32_t* act, ActMeta* meta, int lane,
+                                      int warp) {
+  constexpr int kThreads = 32 * kChainWarps;
+  const int n_eighths = st.n_quads * kQuadBlocks * 16, valid8 = st.n_in / 8;
+  const float4* x4 = reinterpret_cast<const float4*>(st.x);
+  const auto load = [&](int u, float(&v)[8]) {
+    float4 f0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), f1 = f0;
+    if (u < valid8) {
+      f0 = __ldcg(x4 + 2 * u);
+      f1 = __ldcg(x4 + 2 * u + 1);
+    }
+    const float e8[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = e8[e];
+  };
+  for (int u0 = warp * 32; u0 < n_eighths; u0 += 2 * kThreads) {
+    if (u0 + kThreads < n_eighths) {
+      const int u[2] = {u0 + lane, u0 + kThreads + lane};
+      float v[2][8];
+      load(min(u[0], n_eighths - 1), v[0]);
+      load(min(u[1], n_eighths - 1), v[1]);
+      uint32_t words[2][2];
+      float d[2];
+      int sum[2];
+      quantize_eighth_values<true, 2>(v, lane, words, d, sum);
+      for (int n = 0; n < 2; ++n)
+        if (u[n] < n_eighths) store_eighth(act, meta, u[n], words[n], d[n], sum[n]);
+    } else {
+      const int u = u0 + lane;
+      float v[1][8];
+      load(min(u, n_eighths - 1), v[0]);
+      uint32_t words[1][2];
+      float d[1];
+      int sum[1];
+      quantize_eighth_values<true, 1>(v, lane, words, d, sum);
+      if (u < n_eighths) store_eighth(act, meta, u, words[0], d[0], sum[0]);
+    }
+  }
+  bar_sync(kChainBarrier, kThreads);  // act / meta are complete before any dot reads them
+}
+
 template <int kQ>
 __device__ void chain_consume(const ChainArgs& a, const ChainRing& r, unsigned char* smem) {
   constexpr int kThreads = 32 * kChainWarps;
@@ -1709,7 +1754,11 @@ __device__ void chain_consume(const ChainArgs& a, const ChainRing& r, unsigned c
     // act / meta) before this step's prologue overwrites them.
     bar_sync(kChainBarrier, kThreads);
     if (threadIdx.x == 0) chain_stamp(a, s, kChainWaited);
-    chain_prologue(st, stage, act, meta, lane, warp);
+    if (a.direct_x) {
+      chain_quantise_direct(st, act, meta, lane, warp);
+    } else {
+      chain_prologue(st, stage, act, meta, lane, warp);
+    }
     if (threadIdx.x == 0) chain_stamp(a, s, kChainQuantised);
     const int teams = kChainWarps / st.slices, team = warp / st.slices, slice = warp % st.slices;
     const int tiles = chain_tiles(st);
@@ -1759,10 +1808,15 @@ __device__ void chain_consume(const ChainArgs& a, const ChainRing& r, unsigned c
       }
     }
     seq += tiles;
+    if (threadIdx.x == 0) chain_stamp(a, s, kChainDots);
     bar_sync(kChainBarrier, kThreads);  // every y of this CTA is stored
     if (threadIdx.x == 0) {
-      __threadfence();
-      atomicAdd(a.arrivals, 1u);
+      if (a.release_add) {
+        asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(a.arrivals) : "memory");
+      } else {
+        __threadfence();
+        atomicAdd(a.arrivals, 1u);
+      }
       chain_stamp(a, s, kChainDone);
     }
   }
@@ -1803,7 +1857,8 @@ struct Q1Chain::Impl {
   size_t smem = 0;
 };
 
-Q1Chain::Q1Chain(const std::vector<Q1ChainStep>& steps) : impl_(std::make_unique<Impl>()) {
+Q1Chain::Q1Chain(const std::vector<Q1ChainStep>& steps, const Q1ChainOptions& o)
+    : impl_(std::make_unique<Impl>()) {
   if (steps.empty()) fail("cuda q1_0 chain: no steps");
   std::vector<ChainStep> table;
   int max_quads = 0;
@@ -1832,27 +1887,29 @@ Q1Chain::Q1Chain(const std::vector<Q1ChainStep>& steps) : impl_(std::make_unique
   a.n_steps = static_cast<int>(table.size());
   const void* kernel = reinterpret_cast<const void*>(&q1_chain_kernel<2>);
   const size_t max_smem = allow_max_smem(kernel);
-  const size_t rest = align128(size_t(max_quads) * 512 * sizeof(float)) +
-                      align128(size_t(max_quads) * kQuadBlocks * 128) +
-                      align128(size_t(max_quads) * kQuadBlocks * sizeof(ActMeta)) +
-                      align128(2 * kChainWarps * kTileRows * sizeof(float)) +
-                      kChainEntries * (2 * sizeof(uint64_t) + 2 * sizeof(int) + sizeof(long long));
+  a.direct_x = o.direct_x;
+  a.release_add = o.release_add;
+  // Shared memory: the ring, then (in this order) staged x (none when direct_x), act, meta,
+  // slice sums, the ring's barriers and bookkeeping.
+  const size_t parts[] = {
+      o.direct_x ? 0 : align128(size_t(max_quads) * 512 * sizeof(float)),
+      align128(size_t(max_quads) * kQuadBlocks * 128),
+      align128(size_t(max_quads) * kQuadBlocks * sizeof(ActMeta)),
+      align128(2 * kChainWarps * kTileRows * sizeof(float)),
+      kChainEntries * (2 * sizeof(uint64_t) + 2 * sizeof(int) + sizeof(long long))};
+  size_t rest = 0;
+  for (size_t p : parts) rest += p;
   if (rest + max_tile_bytes > max_smem) {
     fail("cuda q1_0 chain: {} B of shared memory besides the ring leave no room for a {} B tile",
          rest, max_tile_bytes);
   }
   a.ring_bytes = static_cast<int>((max_smem - rest) / 128 * 128);
+  int* offsets[] = {&a.off_stage, &a.off_act, &a.off_meta, &a.off_red, &a.off_bar};
   size_t off = size_t(a.ring_bytes);
-  a.off_stage = static_cast<int>(off);
-  off += align128(size_t(max_quads) * 512 * sizeof(float));
-  a.off_act = static_cast<int>(off);
-  off += align128(size_t(max_quads) * kQuadBlocks * 128);
-  a.off_meta = static_cast<int>(off);
-  off += align128(size_t(max_quads) * kQuadBlocks * sizeof(ActMeta));
-  a.off_red = static_cast<int>(off);
-  off += align128(2 * kChainWarps * kTileRows * sizeof(float));
-  a.off_bar = static_cast<int>(off);
-  off += kChainEntries * (2 * sizeof(uint64_t) + 2 * sizeof(int) + sizeof(long long));
+  for (int i = 0; i < 5; ++i) {
+    *offsets[i] = static_cast<int>(off);
+    off += parts[i];
+  }
   m.smem = off;
   int per_sm = 0;
   CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kChainThreads, m.smem));
@@ -1889,13 +1946,17 @@ unsigned Q1Chain::grid() const {
 }
 
 std::string Q1Chain::describe() const {
+  const ChainArgs& a = impl_->args;
   return fmt::format(
-      "{} CTAs x {} threads ({} consumer warps + a producer), {} B shared, ring {} B", impl_->grid,
-      kChainThreads, kChainWarps, impl_->smem, impl_->args.ring_bytes);
+      "{} CTAs x {} threads ({} consumer warps + a producer), {} B shared, ring {} B, x {}, "
+      "signal {}",
+      impl_->grid, kChainThreads, kChainWarps, impl_->smem, a.ring_bytes,
+      a.direct_x ? "quantised from L2" : "staged", a.release_add ? "red.release" : "fence+atomic");
 }
 
 std::string q1_0_chain_trace_event(int e) {
-  static const char* const kNames[] = {"waited", "quantised", "done", "issued", "issued all"};
+  static const char* const kNames[] = {"waited", "quantised", "dots",
+                                       "done",   "issued",    "issued all"};
   return e >= 0 && e < kChainTraceEvents ? kNames[e] : "?";
 }
 

@@ -955,6 +955,9 @@ std::string q1_0_chain_trace_event(int e);
 struct Q1ChainOptions {
   bool direct_x = false;     // quantise x from L2, no staged copy (the ring gets its room)
   bool release_add = false;  // a step's end signalled by red.release (else fence + atomicAdd)
+  // Timing only, wrong results: no grid barrier and no prologue, so the steps' tiles run as
+  // fast as their bytes stream through the ring (the chain's ceiling without its dependences).
+  bool stream_only = false;
 };
 class Q1Chain {
  public:

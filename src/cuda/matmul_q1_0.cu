@@ -1532,8 +1532,8 @@ struct ChainArgs {
   unsigned* arrivals;  // CTAs that finished a step, summed over steps (zero at launch)
   int ring_bytes;      // the ring at offset 0 of the dynamic shared memory
   int off_stage, off_act, off_meta, off_red, off_bar;
-  bool direct_x, release_add;  // Q1ChainOptions
-  uint64_t* trace;             // [step][cta][kChainTraceEvents] globaltimer stamps, or null
+  bool direct_x, release_add, stream_only;  // Q1ChainOptions
+  uint64_t* trace;  // [step][cta][kChainTraceEvents] globaltimer stamps, or null
 };
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -1745,7 +1745,7 @@ __device__ void chain_consume(const ChainArgs& a, const ChainRing& r, unsigned c
   int seq = 0;
   for (int s = 0; s < a.n_steps; ++s) {
     const ChainStep st = a.steps[s];
-    if (s > 0 && threadIdx.x == 0) {
+    if (s > 0 && threadIdx.x == 0 && !a.stream_only) {
       const unsigned target = unsigned(s) * gridDim.x;
       while (ld_acquire(a.arrivals) < target) {
       }
@@ -1754,9 +1754,9 @@ __device__ void chain_consume(const ChainArgs& a, const ChainRing& r, unsigned c
     // act / meta) before this step's prologue overwrites them.
     bar_sync(kChainBarrier, kThreads);
     if (threadIdx.x == 0) chain_stamp(a, s, kChainWaited);
-    if (a.direct_x) {
+    if (a.direct_x && !a.stream_only) {
       chain_quantise_direct(st, act, meta, lane, warp);
-    } else {
+    } else if (!a.stream_only) {
       chain_prologue(st, stage, act, meta, lane, warp);
     }
     if (threadIdx.x == 0) chain_stamp(a, s, kChainQuantised);
@@ -1889,6 +1889,7 @@ Q1Chain::Q1Chain(const std::vector<Q1ChainStep>& steps, const Q1ChainOptions& o)
   const size_t max_smem = allow_max_smem(kernel);
   a.direct_x = o.direct_x;
   a.release_add = o.release_add;
+  a.stream_only = o.stream_only;
   // Shared memory: the ring, then (in this order) staged x (none when direct_x), act, meta,
   // slice sums, the ring's barriers and bookkeeping.
   const size_t parts[] = {

@@ -1622,34 +1622,37 @@ __device__ __forceinline__ int chain_tiles(const ChainStep& st) {
 // entry never straddles the ring's end) and released in any order; the producer reclaims them
 // oldest first, so a region is free once every older entry has been released.
 __device__ void chain_produce(const ChainArgs& a, const ChainRing& r) {
-  const long long ring = a.ring_bytes;
-  long long pos = 0;
+  const int ring = a.ring_bytes;
+  long long pos = 0;  // where the next entry starts in the unbounded count
+  int head = 0;       // the same in the ring (pos mod ring, kept without 64-bit divisions)
   int seq = 0, oldest = 0;
   for (int s = 0; s < a.n_steps; ++s) {
     const ChainStep st = a.steps[s];
-    const unsigned bits_bytes = unsigned(st.n_quads) * 1024u,
-                   bytes = bits_bytes + st.n_quads * 128u;
+    const int bits_bytes = st.n_quads * 1024, bytes = bits_bytes + st.n_quads * 128;
     const int tiles = chain_tiles(st);
     chain_stamp(a, s, kChainIssued);
     for (int i = 0; i < tiles; ++i, ++seq) {
       const int tile = static_cast<int>(blockIdx.x) + i * static_cast<int>(gridDim.x);
-      long long v = pos;
-      if (v % ring + bytes > ring) v = (v / ring + 1) * ring;
+      if (head + bytes > ring) {  // no entry straddles the ring's end: skip to its start
+        pos += ring - head;
+        head = 0;
+      }
       while (oldest < seq && (seq - oldest >= kChainEntries ||
-                              v + bytes > r.start[oldest % kChainEntries] + ring)) {
+                              pos + bytes > r.start[oldest % kChainEntries] + ring)) {
         mbar_wait(r.empty + oldest % kChainEntries, (oldest / kChainEntries) & 1);
         ++oldest;
       }
       const int e = seq % kChainEntries;
-      r.start[e] = v;
-      r.offset[e] = static_cast<int>(v % ring);
+      r.start[e] = pos;
+      r.offset[e] = head;
       *static_cast<volatile int*>(r.tag + e) = seq;
-      unsigned char* dst = r.bytes + v % ring;
-      mbar_arrive_expect_tx(r.full + e, bytes);
-      bulk_copy(dst, st.bits + int64_t(tile) * st.n_quads * 64, bits_bytes, r.full + e);
-      bulk_copy(dst + bits_bytes, st.scales + int64_t(tile) * st.n_quads * 8, st.n_quads * 128u,
-                r.full + e);
-      pos = v + bytes;
+      unsigned char* dst = r.bytes + head;
+      mbar_arrive_expect_tx(r.full + e, unsigned(bytes));
+      bulk_copy(dst, st.bits + int64_t(tile) * st.n_quads * 64, unsigned(bits_bytes), r.full + e);
+      bulk_copy(dst + bits_bytes, st.scales + int64_t(tile) * st.n_quads * 8,
+                unsigned(st.n_quads) * 128u, r.full + e);
+      pos += bytes;
+      head += bytes;
     }
     chain_stamp(a, s, kChainIssuedAll);
   }
@@ -1690,14 +1693,20 @@ __device__ void chain_prologue(const ChainStep& st, float4* stage, uint32_t* act
 }
 
 // Q1ChainOptions::direct_x: each thread loads its eighths' floats straight from global memory
-// (L2) and quantises them (quantize_eighth_values: the same codes as from the staged copy),
-// two eighths interleaved as the one-launch GEMV's prologue does.
+// (L2), all of them before any is quantised (one round trip), then quantises them two at a time
+// (quantize_eighth_values: the same codes as from the staged copy). Eighth k of a thread is
+// warp * 32 + lane + k * threads: whole warps, a block's sixteen eighths on aligned lanes.
 __device__ void chain_quantise_direct(const ChainStep& st, uint32_t* act, ActMeta* meta, int lane,
                                       int warp) {
   constexpr int kThreads = 32 * kChainWarps;
+  constexpr int kMaxEighths = (max_slices(2) * 2 * 512 / 8 + kThreads - 1) / kThreads;  // 4
   const int n_eighths = st.n_quads * kQuadBlocks * 16, valid8 = st.n_in / 8;
   const float4* x4 = reinterpret_cast<const float4*>(st.x);
-  const auto load = [&](int u, float(&v)[8]) {
+  const int u0 = warp * 32 + lane;
+  float v[kMaxEighths][8];
+#pragma unroll
+  for (int k = 0; k < kMaxEighths; ++k) {
+    const int u = u0 + k * kThreads;
     float4 f0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), f1 = f0;
     if (u < valid8) {
       f0 = __ldcg(x4 + 2 * u);
@@ -1705,29 +1714,34 @@ __device__ void chain_quantise_direct(const ChainStep& st, uint32_t* act, ActMet
     }
     const float e8[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
 #pragma unroll
-    for (int e = 0; e < 8; ++e) v[e] = e8[e];
-  };
-  for (int u0 = warp * 32; u0 < n_eighths; u0 += 2 * kThreads) {
-    if (u0 + kThreads < n_eighths) {
-      const int u[2] = {u0 + lane, u0 + kThreads + lane};
-      float v[2][8];
-      load(min(u[0], n_eighths - 1), v[0]);
-      load(min(u[1], n_eighths - 1), v[1]);
+    for (int e = 0; e < 8; ++e) v[k][e] = e8[e];
+  }
+#pragma unroll
+  for (int k = 0; k < kMaxEighths; k += 2) {
+    const int w0 = warp * 32 + k * kThreads;  // the warp's first eighth of the pair
+    if (w0 >= n_eighths) break;
+    if (w0 + kThreads < n_eighths) {
+      const float pair[2][8] = {
+          {v[k][0], v[k][1], v[k][2], v[k][3], v[k][4], v[k][5], v[k][6], v[k][7]},
+          {v[k + 1][0], v[k + 1][1], v[k + 1][2], v[k + 1][3], v[k + 1][4], v[k + 1][5],
+           v[k + 1][6], v[k + 1][7]}};
       uint32_t words[2][2];
       float d[2];
       int sum[2];
-      quantize_eighth_values<true, 2>(v, lane, words, d, sum);
-      for (int n = 0; n < 2; ++n)
-        if (u[n] < n_eighths) store_eighth(act, meta, u[n], words[n], d[n], sum[n]);
+      quantize_eighth_values<true, 2>(pair, lane, words, d, sum);
+      for (int n = 0; n < 2; ++n) {
+        const int u = u0 + (k + n) * kThreads;
+        if (u < n_eighths) store_eighth(act, meta, u, words[n], d[n], sum[n]);
+      }
     } else {
-      const int u = u0 + lane;
-      float v[1][8];
-      load(min(u, n_eighths - 1), v[0]);
+      const float one[1][8] = {
+          {v[k][0], v[k][1], v[k][2], v[k][3], v[k][4], v[k][5], v[k][6], v[k][7]}};
       uint32_t words[1][2];
       float d[1];
       int sum[1];
-      quantize_eighth_values<true, 1>(v, lane, words, d, sum);
-      if (u < n_eighths) store_eighth(act, meta, u, words[0], d[0], sum[0]);
+      quantize_eighth_values<true, 1>(one, lane, words, d, sum);
+      if (u0 + k * kThreads < n_eighths)
+        store_eighth(act, meta, u0 + k * kThreads, words[0], d[0], sum[0]);
     }
   }
   bar_sync(kChainBarrier, kThreads);  // act / meta are complete before any dot reads them

@@ -2,8 +2,9 @@
 # One call on the GPU machine: runs the binaries built here (scripts/build_portable.sh, carried
 # as build-cuda/) — op checks, backend tests, the GEMV lab, the benchmark — with full logs in
 # $OUT and a short summary last. Steps are chosen by name: scripts/device.sh ops tests lab bench
-# (also: ncu [the one-launch GEMV's stall reasons per SASS line], profile [every kernel's
-# time in decode steps, one at a time under ncu], sass [the one-launch GEMV's SASS], timeline
+# (also: chain [bench/chain_lab, the persistent GEMV chain], ncu [the one-launch GEMV's stall
+# reasons per SASS line], profile [every kernel's time in decode steps, one at a time under
+# ncu], sass [the one-launch GEMV's SASS], timeline
 # and timelinebase [gdn bench --timeline, all exact rungs / baseline + graphs], timelinetests,
 # opsof [OPS="a b": gdn ops --op per name], opsperf, ladder, benchladder, nulls, benchbase
 # [baseline granularity + graphs], tg [tg128 alone], prevbench, prevbenchbase, prevtimeline and
@@ -24,6 +25,7 @@ if [ -f .carry/bins.tar.xz ]; then
   ln -sf ../test_cuda_backend /tmp/gdn-bin/tests/test_cuda_backend
   ln -sf ../test_cuda_ladder /tmp/gdn-bin/tests/test_cuda_ladder
   ln -sf ../gemv_lab /tmp/gdn-bin/bench/gemv_lab
+  ln -sf ../chain_lab /tmp/gdn-bin/bench/chain_lab
   bin=/tmp/gdn-bin
 fi
 steps=("$@")
@@ -59,6 +61,7 @@ for s in "${steps[@]}"; do
     nulls) run_step nulls "$bin/src/app/gdn" bench -p 0 -n 64 -r 2 --rounds 2 \
       --null-dispatches 0,250,500,1000 ;;
     lab) run_step lab "$bin/bench/gemv_lab" ;;
+    chain) run_step chain "$bin/bench/chain_lab" ;;
     ncu)
       # Caches left warm (--cache-control none) and a launch from the lab's timing loop, as in a
       # decode step: ${NCU_SKIP:-40} launches of the kernel skipped first (past the checks and the

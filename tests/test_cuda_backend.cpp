@@ -94,6 +94,7 @@ TEST(CudaOps, AFilterRunsOnlyTheFamiliesItCanSelect) {
   EXPECT_EQ(selected("matmul"), (V{"matmul", "matmul_fused"}));
   EXPECT_EQ(selected("mul"), (V{"binary", "broadcast"}));
   EXPECT_EQ(selected("gdn"), V{"gdn"});
+  EXPECT_EQ(selected("q1_0_chain_refuses"), V{"q1_0_chain"});
   EXPECT_TRUE(selected("nothing").empty());
   for (const auto& f : families) {
     EXPECT_FALSE(f.ops.empty()) << f.name;

@@ -127,17 +127,23 @@ __device__ __forceinline__ uint32_t transpose_bytes4(uint32_t x, int lane) {
 //     lanes of a quarter swap bytes so that lane j holds planes j and 4 + j.
 //   else (dp4a): word k of quarter t holds the codes 32t + 8b + k for b = 0..3: the four lanes
 //     swap bytes of their code words directly.
-// quantize_eighths on values already in registers: v[n] = the 8 elements of eighth u[n].
-template <bool kPlanes, int N>
-__device__ __forceinline__ void quantize_eighth_values(const float (&v)[N][8], int lane,
-                                                       uint32_t (&out)[N][2], float (&d)[N],
-                                                       int (&sum)[N]) {
-  float amax[N];
+// quantize_eighths with the 8 elements of eighth u[n] from load(n, e8) (staged or straight
+// from memory).
+template <bool kPlanes, int N, class Load>
+__device__ __forceinline__ void quantize_eighths_from(const Load& load, int lane,
+                                                      uint32_t (&out)[N][2], float (&d)[N],
+                                                      int (&sum)[N]) {
+  float v[N][8], amax[N];
 #pragma unroll
   for (int n = 0; n < N; ++n) {
+    float e8[8];
+    load(n, e8);
     amax[n] = 0.0f;
 #pragma unroll
-    for (int e = 0; e < 8; ++e) amax[n] = fmaxf(amax[n], fabsf(v[n][e]));
+    for (int e = 0; e < 8; ++e) {
+      v[n][e] = e8[e];
+      amax[n] = fmaxf(amax[n], fabsf(e8[e]));
+    }
   }
 #pragma unroll
   for (int o = 1; o < 16; o <<= 1) {
@@ -181,15 +187,14 @@ template <bool kPlanes, int N>
 __device__ __forceinline__ void quantize_eighths(const float4* stage, const int (&u)[N], int lane,
                                                  uint32_t (&out)[N][2], float (&d)[N],
                                                  int (&sum)[N]) {
-  float v[N][8];
+  quantize_eighths_from<kPlanes, N>(
+      [&](int n, float(&e8)[8]) {
+        const float4 f0 = stage[stage_pos(2 * u[n])], f1 = stage[stage_pos(2 * u[n] + 1)];
+        const float f[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
 #pragma unroll
-  for (int n = 0; n < N; ++n) {
-    const float4 f0 = stage[stage_pos(2 * u[n])], f1 = stage[stage_pos(2 * u[n] + 1)];
-    const float e8[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
-#pragma unroll
-    for (int e = 0; e < 8; ++e) v[n][e] = e8[e];
-  }
-  quantize_eighth_values<kPlanes, N>(v, lane, out, d, sum);
+        for (int e = 0; e < 8; ++e) e8[e] = f[e];
+      },
+      lane, out, d, sum);
 }
 
 // Stores eighth u's words and, from the block's first lane, its meta (act, meta: the vector's

@@ -68,6 +68,7 @@
 #include "cuda/kernels.h"
 #include "cuda/matrix.h"
 #include "cuda/op_check.h"
+#include "cuda/q1_chain.h"
 #include "quant/quant.h"
 
 namespace gdn::cuda::mm {
@@ -1145,6 +1146,110 @@ void add_matmul_fused_checks(Context& ctx, std::vector<Result>& out) {
   add_codes_out_refusals(ctx, out);
 }
 
+// The persistent GEMV chain (mm::Q1Chain): plain one-token Q1_0 GEMVs, each step's x the
+// input or an earlier step's y (its first n_in floats), against the same steps as matmul_fused
+// launches. The chain shares the one-launch GEMV's device code and order, so every y must match
+// bit for bit, poisoned padding after it included, for each option that computes (x staged or
+// quantised from L2, either signal). Shapes: n_in of one block, with quad padding (640, 1408)
+// and Bonsai's 17408; n_out that no row tile divides (333, 200) and many row tiles per CTA
+// (17408); a step reading a y from two steps back.
+struct ChainLink {
+  int64_t n_in, n_out;
+  int src;  // the step whose y is x; -1: the input
+};
+
+void run_chain_case(Context& ctx, std::vector<Result>& out, const mm::Q1ChainOptions& o,
+                    const std::string& name) {
+  constexpr int64_t kPad = 3;
+  const std::vector<ChainLink> links = {{640, 1408, -1}, {1408, 384, 0}, {384, 17408, 1},
+                                        {17408, 333, 2}, {128, 200, 3},  {256, 5120, 2}};
+  cudaStream_t s = ctx.stream();
+  std::vector<uint8_t> st;
+  std::vector<GpuMatrix> w;
+  for (size_t k = 0; k < links.size(); ++k) {
+    w.push_back(upload_matrix(expand(random_matrix(ctx, Type::Q1_0, links[k].n_in, links[k].n_out),
+                                     fmt::format("step{}", k), st),
+                              s));
+  }
+  const DeviceBuffer input = poisoned_copy(ctx.random(640), 640 + kPad, s);
+  std::vector<DeviceBuffer> y[2];
+  std::vector<mm::Q1ChainStep> steps;
+  for (int v = 0; v < 2; ++v) {
+    for (size_t k = 0; k < links.size(); ++k) {
+      y[v].push_back(poisoned_copy({}, links[k].n_out + kPad, s));
+      const int src = links[k].src;
+      const float* x = src < 0 ? input.as<float>() : y[v][size_t(src)].as<float>();
+      if (v == 0) {
+        matmul_fused(plain_gemv(w[k], x, y[v][k].as<float>()), s);
+      } else {
+        steps.push_back({&w[k], x, y[v][k].as<float>()});
+      }
+    }
+  }
+  const mm::Q1Chain chain(steps, o);
+  chain.run(s);
+  Result r;
+  r.op = "q1_0_chain";
+  r.shape = fmt::format("{} steps 640->1408->384->17408->333, 128->200, 256->5120; {}",
+                        links.size(), name);
+  for (size_t k = 0; k < links.size() && r.detail.empty(); ++k) {
+    const size_t n = static_cast<size_t>(links[k].n_out + kPad);
+    const std::vector<float> a = download(y[0][k], n, s), b = download(y[1][k], n, s);
+    for (size_t i = 0; i < n && r.detail.empty(); ++i) {
+      if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0 || (i < n - kPad && !std::isfinite(a[i])))
+        r.detail = fmt::format("step {} row {}: launches {} chain {}", k, i, a[i], b[i]);
+    }
+  }
+  r.passed = r.detail.empty();
+  out.push_back(r);
+}
+
+// Every step the chain cannot run is refused when it is built, naming the step and matrix.
+void add_chain_refusals(Context& ctx, std::vector<Result>& out) {
+  cudaStream_t s = ctx.stream();
+  std::vector<uint8_t> st;
+  const GpuMatrix ok = upload_matrix(expand(random_matrix(ctx, Type::Q1_0, 256, 16), "ok", st), s),
+                  q8 = upload_matrix(expand(random_matrix(ctx, Type::Q8_0, 256, 16), "q8", st), s),
+                  wide = upload_matrix(
+                      expand(random_matrix(ctx, Type::Q1_0, 18560, 16), "wide", st), s);
+  const DeviceBuffer x = poisoned_copy(ctx.random(18560), 18560 + 4, s),
+                     y = poisoned_copy({}, 16, s);
+  struct Refusal {
+    const char* what;
+    std::vector<mm::Q1ChainStep> steps;
+    const char* expect;
+  };
+  const Refusal cases[] = {
+      {"no steps", {}, "no steps"},
+      {"a Q8_0 matrix",
+       {{&ok, x.as<float>(), y.as<float>()}, {&q8, x.as<float>(), y.as<float>()}},
+       "step 1 matrix 'q8'"},
+      {"n_in 18560", {{&wide, x.as<float>(), y.as<float>()}}, "step 0 matrix 'wide'"},
+      {"x not 16-byte aligned", {{&ok, x.as<float>() + 1, y.as<float>()}}, "step 0 x"},
+  };
+  for (const Refusal& c : cases) {
+    Result r;
+    r.op = "q1_0_chain_refuses";
+    r.shape = c.what;
+    try {
+      const mm::Q1Chain chain(c.steps, {});
+      r.detail = "accepted";
+    } catch (const Error& e) {
+      if (std::string(e.what()).find(c.expect) == std::string::npos)
+        r.detail = fmt::format("message '{}' does not name '{}'", e.what(), c.expect);
+    }
+    r.passed = r.detail.empty();
+    out.push_back(r);
+  }
+}
+
+void add_chain_checks(Context& ctx, std::vector<Result>& out) {
+  run_chain_case(ctx, out, {false, false, false}, "x staged, fence + atomic");
+  run_chain_case(ctx, out, {false, true, false}, "x staged, red.release");
+  run_chain_case(ctx, out, {true, true, false}, "x from L2, red.release");
+  add_chain_refusals(ctx, out);
+}
+
 }  // namespace
 
 std::vector<Family> matmul_families() {
@@ -1154,6 +1259,7 @@ std::vector<Family> matmul_families() {
        {"matmul_f32", "matmul_f16", "matmul_bf16", "matmul_q8_0", "matmul_q4_0", "matmul_q2_0",
         "matmul_pq2_0", "matmul_q1_0"}},
       {"matmul_fused", add_matmul_fused_checks, {"matmul_fused"}},
+      {"q1_0_chain", add_chain_checks, {"q1_0_chain"}},
   };
 }
 

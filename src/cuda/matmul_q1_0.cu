@@ -1694,7 +1694,7 @@ __device__ void chain_prologue(const ChainStep& st, float4* stage, uint32_t* act
 
 // Q1ChainOptions::direct_x: each thread loads its eighths' floats straight from global memory
 // (L2), all of them before any is quantised (one round trip), then quantises them two at a time
-// (quantize_eighth_values: the same codes as from the staged copy). Eighth k of a thread is
+// (quantize_eighths_from: the same codes as from the staged copy). Eighth k of a thread is
 // warp * 32 + lane + k * threads: whole warps, a block's sixteen eighths on aligned lanes.
 __device__ void chain_quantise_direct(const ChainStep& st, uint32_t* act, ActMeta* meta, int lane,
                                       int warp) {
@@ -1716,30 +1716,31 @@ __device__ void chain_quantise_direct(const ChainStep& st, uint32_t* act, ActMet
 #pragma unroll
     for (int e = 0; e < 8; ++e) v[k][e] = e8[e];
   }
+  // Eighths k, k + 1, ... of this thread, already loaded.
+  const auto from_regs = [&](int k) {
+    return [&v, k](int n, float(&e8)[8]) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) e8[e] = v[k + n][e];
+    };
+  };
 #pragma unroll
   for (int k = 0; k < kMaxEighths; k += 2) {
     const int w0 = warp * 32 + k * kThreads;  // the warp's first eighth of the pair
     if (w0 >= n_eighths) break;
     if (w0 + kThreads < n_eighths) {
-      const float pair[2][8] = {
-          {v[k][0], v[k][1], v[k][2], v[k][3], v[k][4], v[k][5], v[k][6], v[k][7]},
-          {v[k + 1][0], v[k + 1][1], v[k + 1][2], v[k + 1][3], v[k + 1][4], v[k + 1][5],
-           v[k + 1][6], v[k + 1][7]}};
       uint32_t words[2][2];
       float d[2];
       int sum[2];
-      quantize_eighth_values<true, 2>(pair, lane, words, d, sum);
+      quantize_eighths_from<true, 2>(from_regs(k), lane, words, d, sum);
       for (int n = 0; n < 2; ++n) {
         const int u = u0 + (k + n) * kThreads;
         if (u < n_eighths) store_eighth(act, meta, u, words[n], d[n], sum[n]);
       }
     } else {
-      const float one[1][8] = {
-          {v[k][0], v[k][1], v[k][2], v[k][3], v[k][4], v[k][5], v[k][6], v[k][7]}};
       uint32_t words[1][2];
       float d[1];
       int sum[1];
-      quantize_eighth_values<true, 1>(one, lane, words, d, sum);
+      quantize_eighths_from<true, 1>(from_regs(k), lane, words, d, sum);
       if (u0 + k * kThreads < n_eighths)
         store_eighth(act, meta, u0 + k * kThreads, words[0], d[0], sum[0]);
     }

@@ -1516,7 +1516,8 @@ namespace {
 constexpr int kChainWarps = 18;                        // consumer warps (3 teams of 5 or 6)
 constexpr int kChainThreads = 32 * (kChainWarps + 1);  // + the producer warp
 constexpr int kChainEntries = 32;                      // ring entries per CTA
-constexpr int kChainBarrier = 8;                       // the consumers' named barrier (teams 1..3)
+constexpr int kChainBarrier = 15;  // the consumers' named barrier (teams use 1..kChainMaxTeams)
+constexpr int kChainMaxTeams = 14;
 
 struct ChainStep {
   const uint4* bits;
@@ -1775,7 +1776,9 @@ __device__ void chain_consume(const ChainArgs& a, const ChainRing& r, unsigned c
       chain_prologue(st, stage, act, meta, lane, warp);
     }
     if (threadIdx.x == 0) chain_stamp(a, s, kChainQuantised);
-    const int teams = kChainWarps / st.slices, team = warp / st.slices, slice = warp % st.slices;
+    // Teams of `slices` warps, at most one per named barrier (ids 1..14; 16 exist).
+    const int teams = min(kChainWarps / st.slices, kChainMaxTeams);
+    const int team = warp / st.slices, slice = warp % st.slices;
     const int tiles = chain_tiles(st);
     // Teams are formed anew each step (slices differ): every warp starts on the same parity.
     // The barrier before the prologue ordered the last step's sums read before any is written.

@@ -1510,7 +1510,20 @@ unsigned matmul_fused_q1_0_f32act(const FusedGemv& f, cudaStream_t s) {
 //     quantize_eighths, stage_pos), then teams of `slices` warps take the CTA's tiles in order,
 //     each waiting only for its own tile's mbarrier, with dot_chunk / sum_quad_lanes /
 //     sum_slices in the one-launch GEMV's order. So every y is bit-identical to matmul_fused's
-//     plain GEMV (the lab checks it).
+//     plain GEMV (gdn ops' q1_0_chain and the lab check it).
+// Options (Q1ChainOptions): x quantised straight from L2 (no staged copy, so the ring gets its
+// 68 KB); the step's end signalled by red.release; stream-only (timing: no dependences).
+//
+// Measured (H200, 2026-12-03, bench/chain_lab, the GDN layer's four plain GEMVs 64 times,
+// bench/RESULTS.md): launches 8.01 µs a step; this chain 8.39 with x staged, 7.34-7.78 with x
+// from L2, 4.79 stream-only (67% of copy; 6.29 while the producer still did a 64-bit division
+// per tile). So streaming ahead works once the producer is lean, but the dependent chain per
+// step stays ~3 µs: the prologue (1.5 µs; 3.6 for ffn_down's 17408 floats, which every CTA
+// quantises in full) and tiles that take ~1.3 µs each on a team of 5 warps even with their
+// bytes landed long before (each warp walks 8 dependent block dots, then the team barrier and
+// the slice sums). Next, not built: a warp per tile with its slices as independent chains
+// (the same sums in the same order, no team barrier) where a step has tiles for every warp,
+// and x quantised once per block GPU-wide instead of by every CTA.
 namespace {
 
 constexpr int kChainWarps = 18;                        // consumer warps (3 teams of 5 or 6)

@@ -1546,7 +1546,7 @@ struct ChainArgs {
   unsigned* arrivals;  // CTAs that finished a step, summed over steps (zero at launch)
   int ring_bytes;      // the ring at offset 0 of the dynamic shared memory
   int off_stage, off_act, off_meta, off_red, off_bar;
-  bool direct_x, release_add, stream_only;  // Q1ChainOptions
+  bool direct_x, release_add, stream_only, warp_tiles;  // Q1ChainOptions
   uint64_t* trace;  // [step][cta][kChainTraceEvents] globaltimer stamps, or null
 };
 
@@ -1762,6 +1762,30 @@ __device__ void chain_quantise_direct(const ChainStep& st, uint32_t* act, ActMet
   bar_sync(kChainBarrier, kThreads);  // act / meta are complete before any dot reads them
 }
 
+// Slice `slice` of a tile whose bytes are in the ring at `bits`: its chunks' dots added in
+// order, then the four lanes of each row summed (sum_quad_lanes): the one-launch GEMV's
+// per-warp value for rows g and g + 8.
+template <int kQ>
+__device__ __forceinline__ float2 chain_slice(const ChainStep& st, const uint4* bits,
+                                              const uint32_t* act, const ActMeta* meta,
+                                              const BmmaMath& math, int slice, int lane) {
+  const uint4* scales = bits + st.n_quads * 64;
+  const int q_begin = slice * st.chunks * kQ;
+  const int quads = max(0, min(st.chunks * kQ, st.n_quads - q_begin));
+  float2 acc = make_float2(0.0f, 0.0f);
+  for (int c = 0; c < st.chunks; ++c) {
+    const int q0 = q_begin + c * kQ;
+    ChunkLoads<kQ> t;
+    load_quads<kQ, true>(bits + q0 * 64 + lane, scales + q0 * 8 + (lane >> 2), quads - c * kQ, t);
+    const float2 p = dot_chunk<BmmaMath, kQ, true>(
+        math, act + q0 * kQuadBlocks * 32 + BmmaMath::lane_offset(lane), meta + q0 * kQuadBlocks, t,
+        quads - c * kQ, lane);
+    acc.x += p.x;
+    acc.y += p.y;
+  }
+  return sum_quad_lanes(acc);
+}
+
 template <int kQ>
 __device__ void chain_consume(const ChainArgs& a, const ChainRing& r, unsigned char* smem) {
   constexpr int kThreads = 32 * kChainWarps;
@@ -1796,28 +1820,37 @@ __device__ void chain_consume(const ChainArgs& a, const ChainRing& r, unsigned c
     // Teams are formed anew each step (slices differ): every warp starts on the same parity.
     // The barrier before the prologue ordered the last step's sums read before any is written.
     int parity = 0;
-    if (team < teams) {
-      const int q_begin = slice * st.chunks * kQ;
-      const int quads = max(0, min(st.chunks * kQ, st.n_quads - q_begin));
+    const auto tile_row = [&](int i, int r) {
+      return (static_cast<int>(blockIdx.x) + i * static_cast<int>(gridDim.x)) * kTileRows + r;
+    };
+    if (a.warp_tiles && tiles >= kChainWarps / 3) {
+      // A warp per tile: its slices one after another, added in slice order as sum_slices
+      // does (the same sums in the same order), with no team barrier.
+      for (int i = warp; i < tiles; i += kChainWarps) {
+        const int q = seq + i;
+        r.wait_full(q);
+        const uint4* bits = reinterpret_cast<const uint4*>(r.bytes + r.offset[q % kChainEntries]);
+        float2 sum = make_float2(0.0f, 0.0f);
+        for (int k = 0; k < st.slices; ++k) {
+          const float2 v = chain_slice<kQ>(st, bits, act, meta, math, k, lane);
+          sum.x += v.x;
+          sum.y += v.y;
+        }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(r.empty + q % kChainEntries);
+        if ((lane & 3) == 0) {
+          const int row = tile_row(i, lane >> 2);
+          if (row < st.n_out) st.y[row] = sum.x;
+          if (row + 8 < st.n_out) st.y[row + 8] = sum.y;
+        }
+      }
+    } else if (team < teams) {
       const int r16 = static_cast<int>(threadIdx.x) - team * st.slices * 32;
       for (int i = team; i < tiles; i += teams) {
         const int q = seq + i, e = q % kChainEntries;
         r.wait_full(q);
         const uint4* bits = reinterpret_cast<const uint4*>(r.bytes + r.offset[e]);
-        const uint4* scales = bits + st.n_quads * 64;
-        float2 acc = make_float2(0.0f, 0.0f);
-        for (int c = 0; c < st.chunks; ++c) {
-          const int q0 = q_begin + c * kQ;
-          ChunkLoads<kQ> t;
-          load_quads<kQ, true>(bits + q0 * 64 + lane, scales + q0 * 8 + (lane >> 2), quads - c * kQ,
-                               t);
-          const float2 p = dot_chunk<BmmaMath, kQ, true>(
-              math, act + q0 * kQuadBlocks * 32 + BmmaMath::lane_offset(lane),
-              meta + q0 * kQuadBlocks, t, quads - c * kQ, lane);
-          acc.x += p.x;
-          acc.y += p.y;
-        }
-        const float2 sums = sum_quad_lanes(acc);
+        const float2 sums = chain_slice<kQ>(st, bits, act, meta, math, slice, lane);
         if ((lane & 3) == 0) {
           float* slot = red + (parity * kChainWarps + warp) * kTileRows + (lane >> 2);
           slot[0] = sums.x;
@@ -1826,14 +1859,10 @@ __device__ void chain_consume(const ChainArgs& a, const ChainRing& r, unsigned c
         // The team's slice sums are in shared memory and its warps are done with the entry.
         bar_sync(1 + team, 32 * st.slices);
         if (r16 == 0) mbar_arrive(r.empty + e);
-        if (r16 < kTileRows) {
-          const int row =
-              (static_cast<int>(blockIdx.x) + i * static_cast<int>(gridDim.x)) * kTileRows + r16;
-          if (row < st.n_out) {
-            st.y[row] =
-                sum_slices(red + (parity * kChainWarps + team * st.slices) * kTileRows + r16,
-                           st.slices, kTileRows);
-          }
+        if (r16 < kTileRows && tile_row(i, r16) < st.n_out) {
+          st.y[tile_row(i, r16)] =
+              sum_slices(red + (parity * kChainWarps + team * st.slices) * kTileRows + r16,
+                         st.slices, kTileRows);
         }
         parity ^= 1;
       }
@@ -1921,6 +1950,7 @@ Q1Chain::Q1Chain(const std::vector<Q1ChainStep>& steps, const Q1ChainOptions& o)
   a.direct_x = o.direct_x;
   a.release_add = o.release_add;
   a.stream_only = o.stream_only;
+  a.warp_tiles = o.warp_tiles;
   // Shared memory: the ring, then (in this order) staged x (none when direct_x), act, meta,
   // slice sums, the ring's barriers and bookkeeping.
   const size_t parts[] = {
@@ -1981,9 +2011,10 @@ std::string Q1Chain::describe() const {
   const ChainArgs& a = impl_->args;
   return fmt::format(
       "{} CTAs x {} threads ({} consumer warps + a producer), {} B shared, ring {} B, x {}, "
-      "signal {}",
+      "signal {}{}",
       impl_->grid, kChainThreads, kChainWarps, impl_->smem, a.ring_bytes,
-      a.direct_x ? "quantised from L2" : "staged", a.release_add ? "red.release" : "fence+atomic");
+      a.direct_x ? "quantised from L2" : "staged", a.release_add ? "red.release" : "fence+atomic",
+      a.warp_tiles ? ", a warp per tile where a step has tiles for a third of the warps" : "");
 }
 
 std::string q1_0_chain_trace_event(int e) {

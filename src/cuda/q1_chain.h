@@ -41,6 +41,9 @@ struct Q1ChainOptions {
   // Timing only, wrong results: no grid barrier and no prologue, so the steps' tiles run as
   // fast as their bytes stream through the ring (the chain's ceiling without its dependences).
   bool stream_only = false;
+  // A warp per row tile (its slices in turn, no team barrier) in steps with tiles for at least
+  // a third of the consumer warps; else teams of `slices` warps per tile.
+  bool warp_tiles = false;
 };
 class Q1Chain {
  public:

@@ -1515,15 +1515,15 @@ unsigned matmul_fused_q1_0_f32act(const FusedGemv& f, cudaStream_t s) {
 // 68 KB); the step's end signalled by red.release; stream-only (timing: no dependences).
 //
 // Measured (H200, 2026-12-03, bench/chain_lab, the GDN layer's four plain GEMVs 64 times,
-// bench/RESULTS.md): launches 8.01 µs a step; this chain 8.39 with x staged, 7.34-7.78 with x
-// from L2, 4.79 stream-only (67% of copy; 6.29 while the producer still did a 64-bit division
-// per tile). So streaming ahead works once the producer is lean, but the dependent chain per
-// step stays ~3 µs: the prologue (1.5 µs; 3.6 for ffn_down's 17408 floats, which every CTA
-// quantises in full) and tiles that take ~1.3 µs each on a team of 5 warps even with their
-// bytes landed long before (each warp walks 8 dependent block dots, then the team barrier and
-// the slice sums). Next, not built: a warp per tile with its slices as independent chains
-// (the same sums in the same order, no team barrier) where a step has tiles for every warp,
-// and x quantised once per block GPU-wide instead of by every CTA.
+// bench/RESULTS.md): launches 7.99-8.02 µs a step; this chain 8.39-8.82 with x staged,
+// 7.34-10.77 with x from L2 (three calls), 4.79-5.15 stream-only (~65% of copy; 6.29 while the
+// producer still did a 64-bit division per tile), 4.56 stream-only with a warp per tile (70%).
+// So streaming ahead works once the producer is lean, but the dependent chain per step does
+// not shrink: the prologue (1.5-3.6 µs, 3.6-6.4 for ffn_down's 17408 floats, which every CTA
+// reads and quantises in full, its round trips queued behind its SM's bulk copies) and tiles
+// that take ~1.3 µs each on a team of 5 warps even with their bytes landed long before. Next,
+// not built: x quantised once per block GPU-wide (codes handed to every CTA) or the producer
+// held back while x is read.
 namespace {
 
 constexpr int kChainWarps = 18;                        // consumer warps (3 teams of 5 or 6)

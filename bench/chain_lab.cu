@@ -17,8 +17,8 @@
 // with its timeline: per layer step, medians over CTAs and layers, of the wait at the grid
 // barrier, the prologue, the tiles, the signal, the step's span and how far ahead the producer
 // had issued the step's tiles. Output: lines per measurement, the summary table last.
-// Measured (H200, 2026-12-03, bench/RESULTS.md): launches 8.01 µs a step, chains 7.34-8.39,
-// stream-only 4.79.
+// Measured (H200, 2026-12-03, three calls, bench/RESULTS.md): launches 7.99-8.02 µs a step,
+// chains 7.34-10.77, stream-only 4.56-5.15.
 #include <fmt/format.h>
 
 #include <algorithm>

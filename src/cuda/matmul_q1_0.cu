@@ -2017,10 +2017,4 @@ std::string Q1Chain::describe() const {
       a.warp_tiles ? ", a warp per tile where a step has tiles for a third of the warps" : "");
 }
 
-std::string q1_0_chain_trace_event(int e) {
-  static const char* const kNames[] = {"waited", "quantised", "dots",
-                                       "done",   "issued",    "issued all"};
-  return e >= 0 && e < kChainTraceEvents ? kNames[e] : "?";
-}
-
 }  // namespace gdn::cuda::mm

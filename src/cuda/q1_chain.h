@@ -34,7 +34,6 @@ enum ChainTraceEvent {
   kChainIssuedAll,
   kChainTraceEvents
 };
-std::string q1_0_chain_trace_event(int e);
 struct Q1ChainOptions {
   bool direct_x = false;     // quantise x from L2, no staged copy (the ring gets its room)
   bool release_add = false;  // a step's end signalled by red.release (else fence + atomicAdd)

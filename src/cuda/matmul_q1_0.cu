@@ -1516,7 +1516,7 @@ unsigned matmul_fused_q1_0_f32act(const FusedGemv& f, cudaStream_t s) {
 //
 // Measured (H200, 2026-12-03, bench/chain_lab, the GDN layer's four plain GEMVs 64 times,
 // bench/RESULTS.md): launches 7.99-8.02 µs a step; this chain 8.39-8.82 with x staged,
-// 7.34-10.77 with x from L2 (three calls), 4.79-5.15 stream-only (~65% of copy; 6.29 while the
+// 7.34-10.77 with x from L2 (three calls), 4.79-5.15 stream-only (62-67% of copy; 6.29 while the
 // producer still did a 64-bit division per tile), 4.56 stream-only with a warp per tile (70%).
 // So streaming ahead works once the producer is lean, but the dependent chain per step does
 // not shrink: the prologue (1.5-3.6 µs, 3.6-6.4 for ffn_down's 17408 floats, which every CTA
@@ -1644,7 +1644,6 @@ __device__ void chain_produce(const ChainArgs& a, const ChainRing& r) {
     const ChainStep st = a.steps[s];
     const int bits_bytes = st.n_quads * 1024, bytes = bits_bytes + st.n_quads * 128;
     const int tiles = chain_tiles(st);
-    chain_stamp(a, s, kChainIssued);
     for (int i = 0; i < tiles; ++i, ++seq) {
       const int tile = static_cast<int>(blockIdx.x) + i * static_cast<int>(gridDim.x);
       if (head + bytes > ring) {  // no entry straddles the ring's end: skip to its start

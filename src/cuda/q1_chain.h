@@ -24,13 +24,12 @@ struct Q1ChainStep {
 };
 // Stamps of the chain's timeline (globaltimer ns): per step and CTA, consumer thread 0 after
 // the step's grid barrier, after quantising x, after its team's last tile, after signalling
-// the CTA's last row stored; the producer when it issues the step's first and last tile.
+// the CTA's last row stored; the producer when it has issued the step's last tile.
 enum ChainTraceEvent {
   kChainWaited,
   kChainQuantised,
   kChainDots,
   kChainDone,
-  kChainIssued,
   kChainIssuedAll,
   kChainTraceEvents
 };

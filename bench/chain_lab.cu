@@ -17,8 +17,8 @@
 // with its timeline: per layer step, medians over CTAs and layers, of the wait at the grid
 // barrier, the prologue, the tiles, the signal, the step's span and how far ahead the producer
 // had issued the step's tiles. Output: lines per measurement, the summary table last.
-// Measured (H200, 2026-12-03, three calls, bench/RESULTS.md): launches 7.99-8.02 µs a step,
-// chains 7.34-10.77, stream-only 4.56-5.15.
+// Measured (H200, 2026-12-03, five calls, bench/RESULTS.md): launches 7.99-8.02 µs a step,
+// chains 7.33-10.77 (7.33-7.48 with the producer held), stream-only 4.56-5.15.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -40,14 +40,16 @@ constexpr int kLayers = 64;
 constexpr int kWeightSets = 4;
 constexpr int kReplays = 9;
 // The chain variants (Q1ChainOptions), each checked and timed beside the launches.
-constexpr mm::Q1ChainOptions kChainOptions[] = {{false, false, false, false},
-                                                {true, true, false, false},
-                                                {true, true, false, true},
-                                                {true, true, true, false},
-                                                {true, true, true, true}};
-const char* const kChainNames[] = {
-    "x staged, fence + atomic", "x from L2, red.release", "x from L2, red.release, warp tiles",
-    "stream only (timing only)", "stream only, warp tiles (timing only)"};
+// {direct_x, release_add, stream_only, warp_tiles, hold_producer}
+constexpr mm::Q1ChainOptions kChainOptions[] = {{true, true, false, true, false},
+                                                {true, true, false, true, true},
+                                                {true, true, false, false, true},
+                                                {false, true, false, true, true},
+                                                {true, true, true, true, false}};
+const char* const kChainNames[] = {"x from L2, warp tiles", "x from L2, warp tiles, producer held",
+                                   "x from L2, team tiles, producer held",
+                                   "x staged, warp tiles, producer held",
+                                   "stream only, warp tiles (timing only)"};
 
 struct Shape {
   const char* name;

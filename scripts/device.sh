@@ -3,8 +3,8 @@
 # as build-cuda/) — op checks, backend tests, the GEMV lab, the benchmark — with full logs in
 # $OUT and a short summary last. Steps are chosen by name: scripts/device.sh ops tests lab bench
 # (also: chain [bench/chain_lab, the persistent GEMV chain], ncu [the one-launch GEMV's stall
-# reasons per SASS line], profile [every kernel's time in decode steps, one at a time under
-# ncu], sass [the one-launch GEMV's SASS], timeline
+# reasons per SASS line], ncuchain [the same for the chain kernel], profile [every kernel's
+# time in decode steps, one at a time under ncu], sass [the one-launch GEMV's SASS], timeline
 # and timelinebase [gdn bench --timeline, all exact rungs / baseline + graphs], timelinetests,
 # opsof [OPS="a b": gdn ops --op per name], opsperf, ladder, benchladder, nulls, benchbase
 # [baseline granularity + graphs], tg [tg128 alone], prevbench, prevbenchbase, prevtimeline and
@@ -61,7 +61,8 @@ for s in "${steps[@]}"; do
     nulls) run_step nulls "$bin/src/app/gdn" bench -p 0 -n 64 -r 2 --rounds 2 \
       --null-dispatches 0,250,500,1000 ;;
     lab) run_step lab "$bin/bench/gemv_lab" ;;
-    chain) run_step chain "$bin/bench/chain_lab" ;;
+    # Line-buffered: a chain that hangs (a timeout) still leaves its lines so far.
+    chain) run_step chain stdbuf -oL "$bin/bench/chain_lab" ;;
     ncu)
       # Caches left warm (--cache-control none) and a launch from the lab's timing loop, as in a
       # decode step: ${NCU_SKIP:-40} launches of the kernel skipped first (past the checks and the
@@ -73,6 +74,16 @@ for s in "${steps[@]}"; do
         --section SourceCounters -f -o "$out/gemv" "$bin/bench/gemv_lab"
       run_step ncu-details ncu --import "$out/gemv.ncu-rep" --page details
       run_step ncu-source ncu --import "$out/gemv.ncu-rep" --page source --print-source sass ;;
+    # The chain kernel's stall reasons per SASS line: one launch of bench/chain_lab (by default
+    # its fourth check run, ${NCU_CHAIN_SKIP:-3} chain launches skipped).
+    ncuchain)
+      run_step ncuchain ncu --clock-control none --cache-control none \
+        --kernel-name-base demangled -k "regex:q1_chain_kernel" \
+        --launch-skip "${NCU_CHAIN_SKIP:-3}" --launch-count 1 --section SpeedOfLight \
+        --section WarpStateStats --section SchedulerStats --section InstructionStats \
+        --section SourceCounters -f -o "$out/chain" "$bin/bench/chain_lab"
+      run_step ncuchain-details ncu --import "$out/chain.ncu-rep" --page details
+      run_step ncuchain-source ncu --import "$out/chain.ncu-rep" --page source --print-source sass ;;
     # The one-launch Q1_0 GEMV's SASS (sm_90a), for counting instructions per slot.
     sass) run_step sass cuobjdump -sass -arch sm_90a "$bin/src/app/gdn"
       awk '/Function : .*q1_gemv_kernelILi2E/{p=1} p&&/Function : /&&!/q1_gemv_kernelILi2E/{p=0} p' \

@@ -1150,10 +1150,10 @@ void add_matmul_fused_checks(Context& ctx, std::vector<Result>& out) {
 // input or an earlier step's y (its first n_in floats), against the same steps as matmul_fused
 // launches. The chain shares the one-launch GEMV's device code and order, so every y must match
 // bit for bit, poisoned padding after it included, for each option that computes (x staged or
-// quantised from L2, either signal, teams or a warp per tile: on 132 SMs the 17408-row step
-// has 8-9 tiles a CTA, a warp each). Shapes: n_in of one block, with quad padding (640, 1408)
-// and Bonsai's 17408; n_out that no row tile divides (333, 200) and many row tiles per CTA
-// (17408); a step reading a y from two steps back.
+// quantised from L2, either signal, teams or a warp per tile, the producer held while x is read
+// or not: on 132 SMs the 17408-row step has 8-9 tiles a CTA, a warp each). Shapes: n_in of one
+// block, with quad padding (640, 1408) and Bonsai's 17408; n_out that no row tile divides (333,
+// 200) and many row tiles per CTA (17408); a step reading a y from two steps back.
 struct ChainLink {
   int64_t n_in, n_out;
   int src;  // the step whose y is x; -1: the input
@@ -1249,6 +1249,8 @@ void add_chain_checks(Context& ctx, std::vector<Result>& out) {
   run_chain_case(ctx, out, {false, true, false}, "x staged, red.release");
   run_chain_case(ctx, out, {true, true, false}, "x from L2, red.release");
   run_chain_case(ctx, out, {true, true, false, true}, "x from L2, a warp per tile");
+  run_chain_case(ctx, out, {true, true, false, true, true}, "x from L2, a warp per tile, held");
+  run_chain_case(ctx, out, {false, false, false, false, true}, "x staged, teams, producer held");
   add_chain_refusals(ctx, out);
 }
 

@@ -1521,12 +1521,19 @@ unsigned matmul_fused_q1_0_f32act(const FusedGemv& f, cudaStream_t s) {
 // So streaming ahead works once the producer is lean, but the dependent chain per step does
 // not shrink: the prologue (1.5-3.6 µs, 3.6-6.4 for ffn_down's 17408 floats, which every CTA
 // reads and quantises in full, its round trips queued behind its SM's bulk copies) and tiles
-// that take ~1.3 µs each on a team of 5 warps even with their bytes landed long before. Next,
-// not built: x quantised once per block GPU-wide (codes handed to every CTA) or the producer
-// held back while x is read.
+// that take ~1.3 µs each on a team of 5 warps even with their bytes landed long before.
+// Session 26 (two calls, same-call ratios): 15 consumer warps instead of 18 (no spill), and the
+// producer held while x is read (Q1ChainOptions::hold_producer): x from L2 with warp tiles
+// 8.10 -> 7.48 and 7.33 µs a step against launches 8.01 / 7.99 (-8%). The prologue still takes
+// 1.5 µs (3.8 for ffn_down) and a warp's 16 x 5120 tile 2.6 µs; ncu (held, warp tiles): 20% of
+// the consumers' stall samples wait at the grid barrier, 15% at the step's end barrier for the
+// CTA's slowest warp. Refuted: the next chunk's weights loaded before the current chunk's dots
+// (slower, 10.2 µs: it spilled), and (tile, slice) items over all warps (7.46: no faster).
 namespace {
 
-constexpr int kChainWarps = 18;                        // consumer warps (3 teams of 5 or 6)
+// Consumer warps: 15 + the producer = 512 threads, so that ptxas may give each 128 registers
+// (at 18, 608 threads, it had 96 and spilled 144 bytes; 15 do not spill).
+constexpr int kChainWarps = 15;
 constexpr int kChainThreads = 32 * (kChainWarps + 1);  // + the producer warp
 constexpr int kChainEntries = 32;                      // ring entries per CTA
 constexpr int kChainBarrier = 15;  // the consumers' named barrier (teams use 1..kChainMaxTeams)
@@ -1546,7 +1553,7 @@ struct ChainArgs {
   unsigned* arrivals;  // CTAs that finished a step, summed over steps (zero at launch)
   int ring_bytes;      // the ring at offset 0 of the dynamic shared memory
   int off_stage, off_act, off_meta, off_red, off_bar;
-  bool direct_x, release_add, stream_only, warp_tiles;  // Q1ChainOptions
+  bool direct_x, release_add, stream_only, warp_tiles, hold_producer;  // Q1ChainOptions
   uint64_t* trace;  // [step][cta][kChainTraceEvents] globaltimer stamps, or null
 };
 
@@ -1595,6 +1602,7 @@ struct ChainRing {
   int* offset;       // [kChainEntries] the entry's byte offset in the ring
   int* tag;          // [kChainEntries] the tile sequence number the entry holds (-1: none yet)
   long long* start;  // [kChainEntries] its position in the producer's unbounded byte count
+  int* hold;         // Q1ChainOptions::hold_producer: nonzero while the producer must not issue
 
   __device__ explicit ChainRing(unsigned char* smem, int off_bar)
       : bytes(smem),
@@ -1602,7 +1610,8 @@ struct ChainRing {
         empty(full + kChainEntries),
         offset(reinterpret_cast<int*>(empty + kChainEntries)),
         tag(offset + kChainEntries),
-        start(reinterpret_cast<long long*>(tag + kChainEntries)) {}
+        start(reinterpret_cast<long long*>(tag + kChainEntries)),
+        hold(reinterpret_cast<int*>(start + kChainEntries)) {}
 
   // Waits until entry e holds tile q and its bytes have landed. A team takes every teams-th
   // tile, so it may reach tile q before the entry's previous tile (q - kChainEntries) has
@@ -1654,6 +1663,8 @@ __device__ void chain_produce(const ChainArgs& a, const ChainRing& r) {
                               pos + bytes > r.start[oldest % kChainEntries] + ring)) {
         mbar_wait(r.empty + oldest % kChainEntries, (oldest / kChainEntries) & 1);
         ++oldest;
+      }
+      while (*static_cast<volatile int*>(r.hold) != 0) {
       }
       const int e = seq % kChainEntries;
       r.start[e] = pos;
@@ -1712,7 +1723,7 @@ __device__ void chain_prologue(const ChainStep& st, float4* stage, uint32_t* act
 __device__ void chain_quantise_direct(const ChainStep& st, uint32_t* act, ActMeta* meta, int lane,
                                       int warp) {
   constexpr int kThreads = 32 * kChainWarps;
-  constexpr int kMaxEighths = (max_slices(2) * 2 * 512 / 8 + kThreads - 1) / kThreads;  // 4
+  constexpr int kMaxEighths = (max_slices(2) * 2 * 512 / 8 + kThreads - 1) / kThreads;  // 5
   const int n_eighths = st.n_quads * kQuadBlocks * 16, valid8 = st.n_in / 8;
   const float4* x4 = reinterpret_cast<const float4*>(st.x);
   const int u0 = warp * 32 + lane;
@@ -1811,7 +1822,10 @@ __device__ void chain_consume(const ChainArgs& a, const ChainRing& r, unsigned c
     } else if (!a.stream_only) {
       chain_prologue(st, stage, act, meta, lane, warp);
     }
-    if (threadIdx.x == 0) chain_stamp(a, s, kChainQuantised);
+    if (threadIdx.x == 0) {
+      *static_cast<volatile int*>(r.hold) = 0;  // x is read: the producer may issue again
+      chain_stamp(a, s, kChainQuantised);
+    }
     // Teams of `slices` warps, at most one per named barrier (ids 1..14; 16 exist).
     const int teams = min(kChainWarps / st.slices, kChainMaxTeams);
     const int team = warp / st.slices, slice = warp % st.slices;
@@ -1870,6 +1884,8 @@ __device__ void chain_consume(const ChainArgs& a, const ChainRing& r, unsigned c
     if (threadIdx.x == 0) chain_stamp(a, s, kChainDots);
     bar_sync(kChainBarrier, kThreads);  // every y of this CTA is stored
     if (threadIdx.x == 0) {
+      // Held from here until the next step's x is quantised.
+      if (a.hold_producer) *static_cast<volatile int*>(r.hold) = 1;
       if (a.release_add) {
         asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(a.arrivals) : "memory");
       } else {
@@ -1893,6 +1909,7 @@ __global__ void __launch_bounds__(kChainThreads, 1)
       mbar_init(r.empty + e, 1);
       r.tag[e] = -1;
     }
+    *r.hold = a.hold_producer ? 1 : 0;  // held until the first step's x is quantised
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();  // the barriers are initialised before anyone uses them
@@ -1950,6 +1967,7 @@ Q1Chain::Q1Chain(const std::vector<Q1ChainStep>& steps, const Q1ChainOptions& o)
   a.release_add = o.release_add;
   a.stream_only = o.stream_only;
   a.warp_tiles = o.warp_tiles;
+  a.hold_producer = o.hold_producer;
   // Shared memory: the ring, then (in this order) staged x (none when direct_x), act, meta,
   // slice sums, the ring's barriers and bookkeeping.
   const size_t parts[] = {
@@ -1957,7 +1975,7 @@ Q1Chain::Q1Chain(const std::vector<Q1ChainStep>& steps, const Q1ChainOptions& o)
       align128(size_t(max_quads) * kQuadBlocks * 128),
       align128(size_t(max_quads) * kQuadBlocks * sizeof(ActMeta)),
       align128(2 * kChainWarps * kTileRows * sizeof(float)),
-      kChainEntries * (2 * sizeof(uint64_t) + 2 * sizeof(int) + sizeof(long long))};
+      kChainEntries * (2 * sizeof(uint64_t) + 2 * sizeof(int) + sizeof(long long)) + sizeof(int)};
   size_t rest = 0;
   for (size_t p : parts) rest += p;
   if (rest + max_tile_bytes > max_smem) {
@@ -2010,10 +2028,11 @@ std::string Q1Chain::describe() const {
   const ChainArgs& a = impl_->args;
   return fmt::format(
       "{} CTAs x {} threads ({} consumer warps + a producer), {} B shared, ring {} B, x {}, "
-      "signal {}{}",
+      "signal {}{}{}",
       impl_->grid, kChainThreads, kChainWarps, impl_->smem, a.ring_bytes,
       a.direct_x ? "quantised from L2" : "staged", a.release_add ? "red.release" : "fence+atomic",
-      a.warp_tiles ? ", a warp per tile where a step has tiles for a third of the warps" : "");
+      a.warp_tiles ? ", a warp per tile where a step has tiles for a third of the warps" : "",
+      a.hold_producer ? ", producer held while x is read" : "");
 }
 
 }  // namespace gdn::cuda::mm

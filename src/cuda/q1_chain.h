@@ -42,6 +42,9 @@ struct Q1ChainOptions {
   // A warp per row tile (its slices in turn, no team barrier) in steps with tiles for at least
   // a third of the consumer warps; else teams of `slices` warps per tile.
   bool warp_tiles = false;
+  // The producer issues no copy from the moment its CTA has finished a step's tiles until the
+  // next step's x is quantised, so that x's loads do not queue behind the SM's bulk copies.
+  bool hold_producer = false;
 };
 class Q1Chain {
  public:

@@ -42,6 +42,18 @@ run_step() {  # name, command...
   summary+=("$(printf '%-10s rc=%-3s %4ss  %s' "$name" "$rc" "$((SECONDS - t0))" "$(tail -n 1 "$out/$name.log")")")
 }
 
+# One launch of a kernel under ncu and its stall reasons per SASS line: step name, kernel
+# regex, launches of it skipped first, the binary.
+ncu_stalls() {
+  local name=$1 kernel=$2 skip=$3 exe=$4
+  run_step "$name" ncu --clock-control none --cache-control "${NCU_CACHE:-none}" \
+    --kernel-name-base demangled -k "regex:$kernel" --launch-skip "$skip" --launch-count 1 \
+    --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
+    --section InstructionStats --section SourceCounters -f -o "$out/$name" "$exe"
+  run_step "$name-details" ncu --import "$out/$name.ncu-rep" --page details
+  run_step "$name-source" ncu --import "$out/$name.ncu-rep" --page source --print-source sass
+}
+
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used,temperature.gpu --format=csv >"$out/gpu.txt" 2>&1
 for s in "${steps[@]}"; do
   case "$s" in
@@ -63,27 +75,13 @@ for s in "${steps[@]}"; do
     lab) run_step lab "$bin/bench/gemv_lab" ;;
     # Line-buffered: a chain that hangs (a timeout) still leaves its lines so far.
     chain) run_step chain stdbuf -oL "$bin/bench/chain_lab" ;;
-    ncu)
-      # Caches left warm (--cache-control none) and a launch from the lab's timing loop, as in a
-      # decode step: ${NCU_SKIP:-40} launches of the kernel skipped first (past the checks and the
-      # timelines, into the first timed graph).
-      run_step ncu ncu --clock-control none --cache-control "${NCU_CACHE:-none}" \
-        --kernel-name-base demangled -k "regex:q1_gemv_kernel<.int.2>" \
-        --launch-skip "${NCU_SKIP:-40}" --launch-count 1 --section SpeedOfLight \
-        --section WarpStateStats --section SchedulerStats --section InstructionStats \
-        --section SourceCounters -f -o "$out/gemv" "$bin/bench/gemv_lab"
-      run_step ncu-details ncu --import "$out/gemv.ncu-rep" --page details
-      run_step ncu-source ncu --import "$out/gemv.ncu-rep" --page source --print-source sass ;;
-    # The chain kernel's stall reasons per SASS line: one launch of bench/chain_lab (by default
-    # its fourth check run, ${NCU_CHAIN_SKIP:-3} chain launches skipped).
-    ncuchain)
-      run_step ncuchain ncu --clock-control none --cache-control none \
-        --kernel-name-base demangled -k "regex:q1_chain_kernel" \
-        --launch-skip "${NCU_CHAIN_SKIP:-3}" --launch-count 1 --section SpeedOfLight \
-        --section WarpStateStats --section SchedulerStats --section InstructionStats \
-        --section SourceCounters -f -o "$out/chain" "$bin/bench/chain_lab"
-      run_step ncuchain-details ncu --import "$out/chain.ncu-rep" --page details
-      run_step ncuchain-source ncu --import "$out/chain.ncu-rep" --page source --print-source sass ;;
+    # Caches left warm (--cache-control none) and a launch from the lab's timing loop, as in a
+    # decode step: ${NCU_SKIP:-40} launches of the kernel skipped first (past the checks and the
+    # timelines, into the first timed graph).
+    ncu) ncu_stalls ncu "q1_gemv_kernel<.int.2>" "${NCU_SKIP:-40}" "$bin/bench/gemv_lab" ;;
+    # The chain kernel: by default bench/chain_lab's second check run (chain 1: x from L2, warp
+    # tiles, the producer held).
+    ncuchain) ncu_stalls ncuchain q1_chain_kernel "${NCU_CHAIN_SKIP:-1}" "$bin/bench/chain_lab" ;;
     # The one-launch Q1_0 GEMV's SASS (sm_90a), for counting instructions per slot.
     sass) run_step sass cuobjdump -sass -arch sm_90a "$bin/src/app/gdn"
       awk '/Function : .*q1_gemv_kernelILi2E/{p=1} p&&/Function : /&&!/q1_gemv_kernelILi2E/{p=0} p' \

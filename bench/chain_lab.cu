@@ -11,7 +11,8 @@
 //   launches   every step matmul_fused(plain_gemv) (the decode's one-launch GEMV), PDL, all
 //              steps in one CUDA graph (what the executor runs)
 //   chain k    mm::Q1Chain: one cooperative kernel for every step (matmul_q1_0.cu), with the
-//              options of kChainOptions (x staged or from L2, the signal, stream-only)
+//              options of kChainOptions (x staged or from L2, warp or team tiles, the
+//              producer held while x is read, stream-only)
 // Each chain that computes is checked first: every y of every step bit-identical to the
 // launches. Then all are timed in rotated rounds (median of replays), and each chain once more
 // with its timeline: per layer step, medians over CTAs and layers, of the wait at the grid

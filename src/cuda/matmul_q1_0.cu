@@ -1512,7 +1512,8 @@ unsigned matmul_fused_q1_0_f32act(const FusedGemv& f, cudaStream_t s) {
 //     sum_slices in the one-launch GEMV's order. So every y is bit-identical to matmul_fused's
 //     plain GEMV (gdn ops' q1_0_chain and the lab check it).
 // Options (Q1ChainOptions): x quantised straight from L2 (no staged copy, so the ring gets its
-// 68 KB); the step's end signalled by red.release; stream-only (timing: no dependences).
+// 68 KB); the step's end signalled by red.release; stream-only (timing: no dependences); a warp
+// per tile; the producer held from the CTA's last tile of a step until the next x is quantised.
 //
 // Measured (H200, 2026-12-03, bench/chain_lab, the GDN layer's four plain GEMVs 64 times,
 // bench/RESULTS.md): launches 7.99-8.02 µs a step; this chain 8.39-8.82 with x staged,

@@ -31,6 +31,7 @@
 #include "cuda/check.h"
 #include "cuda/device.h"
 #include "cuda/matmul.cuh"
+#include "cuda/q1_chain.h"
 #include "cuda/read_ceiling.h"
 #include "lab_main.h"
 

@@ -29,7 +29,6 @@
 #include "cuda/conv.cuh"
 #include "cuda/matrix.h"
 #include "cuda/norm.cuh"
-#include "cuda/q1_chain.h"
 
 namespace gdn::cuda::mm {
 

@@ -74,6 +74,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <string>
@@ -83,6 +84,7 @@
 #include "common/parallel.h"
 #include "cuda/act_quantize.cuh"
 #include "cuda/matmul.cuh"
+#include "cuda/q1_chain.h"
 #include "quant/quant.h"
 
 namespace gdn::cuda::mm {
@@ -1523,9 +1525,9 @@ unsigned matmul_fused_q1_0_f32act(const FusedGemv& f, cudaStream_t s) {
 // not shrink: the prologue (1.5-3.6 µs, 3.6-6.4 for ffn_down's 17408 floats, which every CTA
 // reads and quantises in full, its round trips queued behind its SM's bulk copies) and tiles
 // that take ~1.3 µs each on a team of 5 warps even with their bytes landed long before.
-// Session 26 (two calls, same-call ratios): 15 consumer warps instead of 18 (no spill), and the
-// producer held while x is read (Q1ChainOptions::hold_producer): x from L2 with warp tiles
-// 8.10 -> 7.48 and 7.33 µs a step against launches 8.01 / 7.99 (-8%). The prologue still takes
+// Later (2026-12-03, three calls): 15 consumer warps instead of 18 (no spill), and the producer
+// held while x is read (Q1ChainOptions::hold_producer): x from L2 with warp tiles 8.10-8.64 ->
+// 7.33-7.51 µs a step against launches 7.99-8.02 (6-8% faster). The prologue still takes
 // 1.5 µs (3.8 for ffn_down) and a warp's 16 x 5120 tile 2.6 µs; ncu (held, warp tiles): 20% of
 // the consumers' stall samples wait at the grid barrier, 15% at the step's end barrier for the
 // CTA's slowest warp. Refuted: the next chunk's weights loaded before the current chunk's dots
@@ -1986,7 +1988,7 @@ Q1Chain::Q1Chain(const std::vector<Q1ChainStep>& steps, const Q1ChainOptions& o)
   a.ring_bytes = static_cast<int>((max_smem - rest) / 128 * 128);
   int* offsets[] = {&a.off_stage, &a.off_act, &a.off_meta, &a.off_red, &a.off_bar};
   size_t off = size_t(a.ring_bytes);
-  for (int i = 0; i < 5; ++i) {
+  for (size_t i = 0; i < std::size(parts); ++i) {
     *offsets[i] = static_cast<int>(off);
     off += parts[i];
   }

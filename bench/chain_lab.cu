@@ -74,8 +74,8 @@ class Lab {
   explicit Lab(cudaStream_t s) : s_(s) {
     for (int set = 0; set < kWeightSets; ++set)
       for (int k = 0; k < kShapes; ++k)
-        weights_.push_back(
-            bench::random_q1(kLayer[k].name, kLayer[k].n_in, kLayer[k].n_out, uint32_t(1000 * set + k + 1), s));
+        weights_.push_back(bench::random_q1(kLayer[k].name, kLayer[k].n_in, kLayer[k].n_out,
+                                            uint32_t(1000 * set + k + 1), s));
     for (int l = 0; l < kLayers; ++l)
       for (int k = 0; k < kShapes; ++k)
         steps_.push_back({&weights_[size_t((l % kWeightSets) * kShapes + k)],
@@ -219,7 +219,8 @@ void print_timeline(const std::vector<uint64_t>& t, size_t n_steps, unsigned gri
       }
     }
     fmt::print("| {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} |\n", kLayer[k].name,
-               bench::median(wait), bench::median(pro), bench::median(dots), bench::median(signal), bench::median(span), bench::median(lead));
+               bench::median(wait), bench::median(pro), bench::median(dots), bench::median(signal),
+               bench::median(span), bench::median(lead));
   }
 }
 

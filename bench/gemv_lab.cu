@@ -554,8 +554,15 @@ int run() {
     }
     print_hot(copies, dx.as<float>(), dy.as<float>(), ceiling.us, timer);
     for (size_t v = 0; v < nv; ++v) {
-      Row r{shape,      variants[v].name, bytes, bench::median(g_us[v]), bench::median(p_us[v]), bench::median(k_us[v]),
-            ceiling.us, err[v],           ok[v]};
+      Row r{shape,
+            variants[v].name,
+            bytes,
+            bench::median(g_us[v]),
+            bench::median(p_us[v]),
+            bench::median(k_us[v]),
+            ceiling.us,
+            err[v],
+            ok[v]};
       fmt::print(
           "  time  {:<18} graph {:8.2f} us  {:6.0f} GB/s  {:5.1f}% copy  {:5.1f}% read | "
           "plain {:8.2f} us | product only {:8.2f} us (spread {:.2f}-{:.2f})\n",

@@ -60,7 +60,8 @@ class Lab {
       const uint32_t seed = uint32_t(100 * set + n_ff);
       WeightSet w{bench::random_q1("gate", kEmbd, n_ff, seed + 1, s),
                   bench::random_q1("up", kEmbd, n_ff, seed + 2, s),
-                  bench::random_q1("down", n_ff, kEmbd, seed + 3, s), {}};
+                  bench::random_q1("down", n_ff, kEmbd, seed + 3, s),
+                  {}};
       std::vector<float> norm(kEmbd);
       for (int i = 0; i < kEmbd; ++i) norm[i] = 0.8f + 0.4f * std::fabs(std::sin(0.11f * i + set));
       w.norm = upload(norm);
@@ -156,10 +157,12 @@ class Lab {
   }
 
   double launches_us() {
-    return graph_us(s_, [&](int l) { launch_layer(l); }, kLayers, kReplays);
+    return graph_us(
+        s_, [&](int l) { launch_layer(l); }, kLayers, kReplays);
   }
   double fused_us() {
-    return graph_us(s_, [&](int l) { fused_layer(l); }, kLayers, kReplays);
+    return graph_us(
+        s_, [&](int l) { fused_layer(l); }, kLayers, kReplays);
   }
 
   // kLayers fused layers with their stamps: [layer][grid][kMlpTraceEvents].
@@ -209,8 +212,8 @@ void print_timeline(const std::vector<uint64_t>& t, unsigned grid) {
     for (unsigned c = 0; c < grid; ++c) m = std::max(m, at(l, c, mm::kMlpDone));
     return m;
   };
-  const char* names[] = {"entry",       "waited", "n quantised",   "gate+up rows", "h codes",
-                         "down stored", "barrier", "y added (done)"};
+  const char* names[] = {"entry",   "copies issued", "waited",  "n quantised",   "gate+up rows",
+                         "h codes", "down stored",   "barrier", "y added (done)"};
   std::vector<std::vector<double>> phase(mm::kMlpTraceEvents);
   std::vector<double> span;
   for (int l = 1; l < kLayers; ++l) {
@@ -222,8 +225,9 @@ void print_timeline(const std::vector<uint64_t>& t, unsigned grid) {
         phase[size_t(e)].push_back((at(l, c, e) - at(l, c, e - 1)) / 1e3);
     }
   }
-  fmt::print("| phase (from the one before; entry from the layer before's end) | median µs |\n"
-             "|---|---:|\n");
+  fmt::print(
+      "| phase (from the one before; entry from the layer before's end) | median µs |\n"
+      "|---|---:|\n");
   for (int e = 0; e < mm::kMlpTraceEvents; ++e)
     fmt::print("| {} | {:.2f} |\n", names[e], bench::median(phase[size_t(e)]));
   fmt::print("| layer span | {:.2f} |\n", bench::median(span));
@@ -267,7 +271,8 @@ int run() {
                     lab.layer_bytes()});
     rows.push_back({n_ff, "fused split-K MLP", bench::median(us[1]), lab.layer_bytes()});
   }
-  fmt::print("\n| n_ff | variant | µs a layer | weight GB/s | % of copy |\n|---|---|---:|---:|---:|\n");
+  fmt::print(
+      "\n| n_ff | variant | µs a layer | weight GB/s | % of copy |\n|---|---|---:|---:|---:|\n");
   for (const Row& r : rows) {
     fmt::print("| {} | {} | {:.2f} | {:.0f} | {:.1f}% |\n", r.n_ff, r.name, r.us,
                r.bytes / r.us / 1e3, 100.0 * r.bytes / (r.us * 1e-6) / copy_bw);

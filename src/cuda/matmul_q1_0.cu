@@ -1343,7 +1343,6 @@ struct ChainArgs {
   uint64_t* trace;  // [step][cta][kChainTraceEvents] globaltimer stamps, or null
 };
 
-
 struct ChainRing {
   unsigned char* bytes;
   uint64_t* full;    // [kChainEntries]

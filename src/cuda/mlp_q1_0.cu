@@ -18,8 +18,8 @@
 // and y + sum_b P_b, summed from 0 in block order. (The decode's ffn_down sums slices of 24
 // blocks: a different float order, equal within rounding.)
 //
-// Shared memory: the 16 gate and up row tiles of the current block, bulk-copied at entry
-// (before the wait: weights never depend on the previous kernel) on one mbarrier each | n
+// Shared memory: the 8 gate and 8 up row tiles of the current block, bulk-copied at entry
+// (before the wait: weights never depend on the previous kernel) on one mbarrier per matrix | n
 // staged | its codes | the norm's sums and scales | the 16 tiles' row sums | the block's codes
 // | the mbarriers. After the barrier the tiles' room holds the partials being added.
 #include <fmt/format.h>
@@ -32,24 +32,25 @@
 namespace gdn::cuda::mm {
 namespace {
 
-constexpr int kQ = 2;                            // quads per chunk, as the decode's GEMVs
+constexpr int kQ = 2;                               // quads per chunk, as the decode's GEMVs
 constexpr int kTilesPerBlock = kBlock / kTileRows;  // row tiles of one matrix in a 128-row block
 constexpr int kMlpWarps = 2 * kTilesPerBlock;       // a warp per gate or up tile of the block
 constexpr int kMlpThreads = 32 * kMlpWarps;
-constexpr int kDownBatch = 10;  // down tiles a warp has in flight
+constexpr int kAddBatch = 12;   // partials a thread has in flight
+constexpr int kDownBatch = 20;  // down tiles a warp has in flight (5120 rows: all of them)
 
 struct MlpArgs {
   const uint4* gate_bits;  // [tiles][quads][2][32] (matmul_q1_0.cu's layout)
   const uint4* gate_scales;
   const uint4* up_bits;
   const uint4* up_scales;
-  const uint2* down_bits;        // [n_blk][out_tiles][32]: rows g, g+8, word t of block b
-  const uint32_t* down_scales;   // [n_blk][out_tiles][8]: fp16 d of rows g, g+8
-  float* partials;               // [n_blk][n_embd]
+  const uint2* down_bits;       // [n_blk][out_tiles][32]: rows g, g+8, word t of block b
+  const uint32_t* down_scales;  // [n_blk][out_tiles][8]: fp16 d of rows g, g+8
+  float* partials;              // [n_blk][n_embd]
   float* y;
-  float* h;            // optional [n_blk * 128]
-  unsigned* barrier;   // {arrivals, generation}
-  uint64_t* trace;     // optional [grid][kMlpTraceEvents]
+  float* h;           // optional [n_blk * 128]
+  unsigned* barrier;  // {arrivals, generation}
+  uint64_t* trace;    // optional [grid][kMlpTraceEvents]
   int n_embd, n_quads, n_blocks_x, n_stage, out_tiles, n_blk, slices, chunks;
   int tile_bytes;  // one gate or up row tile: bits then scales
   int off_stage, off_act, off_meta, off_sums, off_rows, off_hact, off_bar;
@@ -76,27 +77,29 @@ __device__ __forceinline__ uint32_t ld_stream1(const uint32_t* p) {
   return v;
 }
 
-// Thread 0: block b's 16 gate and up row tiles into the tiles' room, tile i on mbarrier i
-// (tiles 0-7 gate, 8-15 up).
+// Thread 0: block b's 8 gate and 8 up row tiles (consecutive in the layout: one copy of bits
+// and one of scales per matrix) into the tiles' room: gate bits | gate scales | up bits | up
+// scales, matrix m on mbarrier m.
 __device__ void issue_gate_up(const MlpArgs& a, int b, unsigned char* tiles, uint64_t* bar) {
-  const unsigned bits_bytes = unsigned(a.n_quads) * 1024u, scale_bytes = unsigned(a.n_quads) * 128u;
-  for (int i = 0; i < kMlpWarps; ++i) {
-    const bool up = i >= kTilesPerBlock;
-    const int64_t tile = int64_t(b) * kTilesPerBlock + (i % kTilesPerBlock);
-    unsigned char* dst = tiles + i * a.tile_bytes;
-    mbar_arrive_expect_tx(bar + i, bits_bytes + scale_bytes);
-    bulk_copy(dst, (up ? a.up_bits : a.gate_bits) + tile * a.n_quads * 64, bits_bytes, bar + i);
-    bulk_copy(dst + bits_bytes, (up ? a.up_scales : a.gate_scales) + tile * a.n_quads * 8,
-              scale_bytes, bar + i);
+  const unsigned bits_bytes = unsigned(a.n_quads) * 1024u * kTilesPerBlock;
+  const unsigned scale_bytes = unsigned(a.n_quads) * 128u * kTilesPerBlock;
+  const int64_t tile0 = int64_t(b) * kTilesPerBlock;
+  for (int m = 0; m < 2; ++m) {
+    unsigned char* dst = tiles + m * (bits_bytes + scale_bytes);
+    mbar_arrive_expect_tx(bar + m, bits_bytes + scale_bytes);
+    bulk_copy(dst, (m ? a.up_bits : a.gate_bits) + tile0 * a.n_quads * 64, bits_bytes, bar + m);
+    bulk_copy(dst + bits_bytes, (m ? a.up_scales : a.gate_scales) + tile0 * a.n_quads * 8,
+              scale_bytes, bar + m);
   }
 }
 
 // Rows g, g+8 of one gate or up tile in shared memory against n's codes: per slice dot_chunk
 // over its chunks, sum_quad_lanes, then the slices added in order from 0 (the GEMVs' sum_slices).
-__device__ float2 tile_rows(const MlpArgs& a, const unsigned char* tile, const uint32_t* act,
-                            const ActMeta* meta, const BmmaMath& math, int lane) {
-  const uint4* bits = reinterpret_cast<const uint4*>(tile) + lane;
-  const uint4* scales = reinterpret_cast<const uint4*>(tile + a.n_quads * 1024) + (lane >> 2);
+__device__ float2 tile_rows(const MlpArgs& a, const uint4* tile_bits, const uint4* tile_scales,
+                            const uint32_t* act, const ActMeta* meta, const BmmaMath& math,
+                            int lane) {
+  const uint4* bits = tile_bits + lane;
+  const uint4* scales = tile_scales + (lane >> 2);
   float2 sum = make_float2(0.0f, 0.0f);
   for (int s = 0; s < a.slices; ++s) {
     float2 acc = make_float2(0.0f, 0.0f);
@@ -175,9 +178,19 @@ __device__ void add_partials(const MlpArgs& a, float* red) {
   const int per = (a.n_embd + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
   const int r0 = static_cast<int>(blockIdx.x) * per;
   const int nr = max(0, min(a.n_embd, r0 + per) - r0);
-  for (int i = threadIdx.x; i < a.n_blk * nr; i += kMlpThreads) {
-    const int b = i / nr;
-    red[i] = __ldcg(a.partials + int64_t(b) * a.n_embd + r0 + (i - b * nr));
+  // Every load of a thread in flight before its stores: one round trip to L2 per batch.
+  const int total = a.n_blk * nr;
+  for (int i0 = threadIdx.x; i0 < total; i0 += kAddBatch * kMlpThreads) {
+    float v[kAddBatch];
+#pragma unroll
+    for (int k = 0; k < kAddBatch; ++k) {
+      const int i = i0 + k * kMlpThreads, b = i / max(nr, 1);
+      if (i < total) v[k] = __ldcg(a.partials + int64_t(b) * a.n_embd + r0 + (i - b * nr));
+    }
+#pragma unroll
+    for (int k = 0; k < kAddBatch; ++k) {
+      if (i0 + k * kMlpThreads < total) red[i0 + k * kMlpThreads] = v[k];
+    }
   }
   __syncthreads();
   if (static_cast<int>(threadIdx.x) < nr) {
@@ -202,7 +215,7 @@ __global__ void __launch_bounds__(kMlpThreads, 1) q1_mlp_kernel(const __grid_con
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   mlp_stamp(a, kMlpEntry);
   if (tid == 0) {
-    for (int i = 0; i < kMlpWarps; ++i) mbar_init(bar + i, 1);
+    for (int m = 0; m < 2; ++m) mbar_init(bar + m, 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();  // the mbarriers are initialised before the copies complete on them
@@ -213,6 +226,7 @@ __global__ void __launch_bounds__(kMlpThreads, 1) q1_mlp_kernel(const __grid_con
       prefetch_l2(a.down_scales + int64_t(b) * a.out_tiles * 8, unsigned(a.out_tiles) * 32u);
     }
   }
+  mlp_stamp(a, kMlpIssued);
   prologue_prefetch_constants(a.pro);
   pdl_launch_dependents();
   pdl_wait();  // y comes from earlier kernels
@@ -229,8 +243,14 @@ __global__ void __launch_bounds__(kMlpThreads, 1) q1_mlp_kernel(const __grid_con
   const BmmaMath math(lane);
   int round = 0;
   for (int b = blockIdx.x; b < a.n_blk; b += gridDim.x, ++round) {
-    mbar_wait(bar + warp, round & 1);
-    const float2 r = tile_rows(a, smem + warp * a.tile_bytes, act, meta, math, lane);
+    const int m = warp / kTilesPerBlock, tile = warp % kTilesPerBlock;
+    const unsigned char* mat = smem + m * kTilesPerBlock * a.tile_bytes;
+    mbar_wait(bar + m, round & 1);
+    const float2 r =
+        tile_rows(a, reinterpret_cast<const uint4*>(mat) + tile * a.n_quads * 64,
+                  reinterpret_cast<const uint4*>(mat + kTilesPerBlock * a.n_quads * 1024) +
+                      tile * a.n_quads * 8,
+                  act, meta, math, lane);
     if ((lane & 3) == 0) {
       rows[warp * kTileRows + (lane >> 2)] = r.x;
       rows[warp * kTileRows + (lane >> 2) + 8] = r.y;
@@ -331,10 +351,9 @@ Q1Mlp::Q1Mlp(const Q1MlpArgs& a, cudaStream_t s) : a_(a) {
   partials_ = DeviceBuffer(size_t(n_blk_) * size_t(n_embd) * sizeof(float));
   barrier_ = DeviceBuffer(2 * sizeof(unsigned));
   CUDA_CHECK(cudaMemsetAsync(barrier_.get(), 0, barrier_.bytes(), s));
-  repack_down_kernel<<<1024, 256, 0, s>>>(a.down->codes.as<const uint4>(),
-                                          a.down->scales.as<const uint4>(), down_bits_.as<uint2>(),
-                                          down_scales_.as<uint32_t>(), static_cast<int>(down_quads),
-                                          out_tiles, n_blk_);
+  repack_down_kernel<<<1024, 256, 0, s>>>(
+      a.down->codes.as<const uint4>(), a.down->scales.as<const uint4>(), down_bits_.as<uint2>(),
+      down_scales_.as<uint32_t>(), static_cast<int>(down_quads), out_tiles, n_blk_);
   CUDA_CHECK_LAUNCH();
   const PrologueArgs pro = prologue_args(norm_prologue(a));
   const int tile_bytes = static_cast<int>(n_quads) * 1152;
@@ -347,8 +366,7 @@ Q1Mlp::Q1Mlp(const Q1MlpArgs& a, cudaStream_t s) : a_(a) {
   };
   const int off_stage = take(n_blocks_x * kBlock * 4), off_act = take(n_blocks_x * 128),
             off_meta = take(n_blocks_x * 8), off_sums = take((pro.n_sums + pro.n_scales) * 4),
-            off_rows = take(2 * kBlock * 4), off_hact = take(32 * 4 + 8),
-            off_bar = take(kMlpWarps * 8);
+            off_rows = take(2 * kBlock * 4), off_hact = take(32 * 4 + 8), off_bar = take(2 * 8);
   smem_ = size_t(off);
   const size_t max_smem = allow_max_smem(reinterpret_cast<const void*>(&q1_mlp_kernel));
   const size_t red_bytes = size_t(n_blk_) * size_t((n_embd + grid_ - 1) / grid_) * 4;

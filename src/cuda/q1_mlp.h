@@ -26,6 +26,7 @@ struct Q1MlpArgs {
 // Stamps of the MLP's timeline (globaltimer ns), thread 0 of each CTA.
 enum MlpTraceEvent {
   kMlpEntry,
+  kMlpIssued,  // its gate and up copies and its down prefetches issued
   kMlpWaited,
   kMlpQuantised,  // n staged and quantised
   kMlpGateUp,     // its first block's gate and up rows summed

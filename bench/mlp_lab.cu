@@ -74,14 +74,18 @@ class Lab {
     h_fused_ = DeviceBuffer(size_t(n_ff) * sizeof(float));
     codes_act_ = DeviceBuffer(size_t(n_ff / 128) * 32 * sizeof(uint32_t));
     codes_meta_ = DeviceBuffer(size_t(n_ff / 128) * 8);
-    for (int set = 0; set < kWeightSets; ++set) {
-      mlps_.push_back(std::make_unique<mm::Q1Mlp>(args(set, nullptr), s));
+    for (int held = 0; held < 2; ++held) {
+      for (int set = 0; set < kWeightSets; ++set) {
+        mm::Q1MlpArgs a = args(set, nullptr);
+        a.hold_copies = held != 0;
+        mlps_[held].push_back(std::make_unique<mm::Q1Mlp>(a, s));
+      }
     }
     checker_ = std::make_unique<mm::Q1Mlp>(args(0, h_fused_.as<float>()), s);
     CUDA_CHECK(cudaStreamSynchronize(s));
   }
 
-  const mm::Q1Mlp& mlp() const { return *mlps_[0]; }
+  const mm::Q1Mlp& mlp(int held) const { return *mlps_[held][0]; }
   double layer_bytes() const {
     const WeightSet& w = sets_[0];
     return double(w.gate.device_bytes() + w.up.device_bytes() + w.down.device_bytes());
@@ -116,8 +120,8 @@ class Lab {
     }
     matmul_fused(down, s_);
   }
-  void fused_layer(int l, uint64_t* trace = nullptr) {
-    mlps_[size_t(l % kWeightSets)]->run(s_, trace);
+  void fused_layer(int held, int l, uint64_t* trace = nullptr) {
+    mlps_[held][size_t(l % kWeightSets)]->run(s_, trace);
   }
 
   // One layer from x0 by both paths: h bit for bit, y within 1e-5 of the MLP output's scale.
@@ -160,17 +164,17 @@ class Lab {
     return graph_us(
         s_, [&](int l) { launch_layer(l); }, kLayers, kReplays);
   }
-  double fused_us() {
+  double fused_us(int held) {
     return graph_us(
-        s_, [&](int l) { fused_layer(l); }, kLayers, kReplays);
+        s_, [&](int l) { fused_layer(held, l); }, kLayers, kReplays);
   }
 
   // kLayers fused layers with their stamps: [layer][grid][kMlpTraceEvents].
-  std::vector<uint64_t> trace() {
-    const size_t per = size_t(mlp().grid()) * mm::kMlpTraceEvents;
+  std::vector<uint64_t> trace(int held) {
+    const size_t per = size_t(mlp(held).grid()) * mm::kMlpTraceEvents;
     DeviceBuffer t(kLayers * per * sizeof(uint64_t));
     CUDA_CHECK(cudaMemsetAsync(t.get(), 0, t.bytes(), s_));
-    for (int l = 0; l < kLayers; ++l) fused_layer(l, t.as<uint64_t>() + l * per);
+    for (int l = 0; l < kLayers; ++l) fused_layer(held, l, t.as<uint64_t>() + l * per);
     std::vector<uint64_t> h(kLayers * per);
     CUDA_CHECK(cudaMemcpyAsync(h.data(), t.get(), t.bytes(), cudaMemcpyDeviceToHost, s_));
     CUDA_CHECK(cudaStreamSynchronize(s_));
@@ -197,7 +201,7 @@ class Lab {
   std::vector<float> x0_;
   DeviceBuffer resid_[2];  // launches, fused
   DeviceBuffer h_, h_fused_, codes_act_, codes_meta_;
-  std::vector<std::unique_ptr<mm::Q1Mlp>> mlps_;
+  std::vector<std::unique_ptr<mm::Q1Mlp>> mlps_[2];  // copies before the wait, held
   std::unique_ptr<mm::Q1Mlp> checker_;
 };
 
@@ -253,23 +257,27 @@ int run() {
   bool ok = true;
   for (int n_ff : kFfs) {
     Lab lab(n_ff, s);
-    fmt::print("{}\n", lab.mlp().describe());
+    for (int held = 0; held < 2; ++held) fmt::print("{}\n", lab.mlp(held).describe());
     if (!lab.check()) {
       ok = false;
       continue;
     }
-    std::vector<double> us[2];
+    constexpr int kVariants = 3;  // launches, fused, fused with the copies held
+    std::vector<double> us[kVariants];
     for (int round = 0; round < kRounds; ++round) {
-      for (int k = 0; k < 2; ++k) {
-        const int v = (round + k) % 2;
-        us[v].push_back(v == 0 ? lab.launches_us() : lab.fused_us());
+      for (int k = 0; k < kVariants; ++k) {
+        const int v = (round + k) % kVariants;
+        us[v].push_back(v == 0 ? lab.launches_us() : lab.fused_us(v - 1));
       }
     }
-    fmt::print("\ntimeline, n_ff {}\n", n_ff);
-    print_timeline(lab.trace(), lab.mlp().grid());
-    rows.push_back({n_ff, "launches (gate+up, ffn_down; graph, PDL)", bench::median(us[0]),
-                    lab.layer_bytes()});
-    rows.push_back({n_ff, "fused split-K MLP", bench::median(us[1]), lab.layer_bytes()});
+    for (int held = 0; held < 2; ++held) {
+      fmt::print("\ntimeline, n_ff {}{}\n", n_ff, held ? ", copies held" : "");
+      print_timeline(lab.trace(held), lab.mlp(held).grid());
+    }
+    const char* names[kVariants] = {"launches (gate+up, ffn_down; graph, PDL)", "fused split-K MLP",
+                                    "fused split-K MLP, copies held"};
+    for (int v = 0; v < kVariants; ++v)
+      rows.push_back({n_ff, names[v], bench::median(us[v]), lab.layer_bytes()});
   }
   fmt::print(
       "\n| n_ff | variant | µs a layer | weight GB/s | % of copy |\n|---|---|---:|---:|---:|\n");

@@ -50,6 +50,7 @@ struct MlpArgs {
   float* y;
   float* h;           // optional [n_blk * 128]
   unsigned* barrier;  // {arrivals, generation}
+  bool hold_copies;   // Q1MlpArgs::hold_copies
   uint64_t* trace;    // optional [grid][kMlpTraceEvents]
   int n_embd, n_quads, n_blocks_x, n_stage, out_tiles, n_blk, slices, chunks;
   int tile_bytes;  // one gate or up row tile: bits then scales
@@ -220,7 +221,7 @@ __global__ void __launch_bounds__(kMlpThreads, 1) q1_mlp_kernel(const __grid_con
   }
   __syncthreads();  // the mbarriers are initialised before the copies complete on them
   if (tid == 0) {
-    issue_gate_up(a, blockIdx.x, smem, bar);
+    if (!a.hold_copies) issue_gate_up(a, blockIdx.x, smem, bar);
     for (int b = blockIdx.x; b < a.n_blk; b += gridDim.x) {
       prefetch_l2(a.down_bits + int64_t(b) * a.out_tiles * 32, unsigned(a.out_tiles) * 256u);
       prefetch_l2(a.down_scales + int64_t(b) * a.out_tiles * 8, unsigned(a.out_tiles) * 32u);
@@ -236,6 +237,7 @@ __global__ void __launch_bounds__(kMlpThreads, 1) q1_mlp_kernel(const __grid_con
   prologue_stage(a.pro, a.n_stage, sums + a.pro.n_sums,
                  [&](int f, float4 v) { stage[stage_pos(f)] = v; });
   __syncthreads();  // n is staged before any eighth reads it
+  if (a.hold_copies && tid == 0) issue_gate_up(a, blockIdx.x, smem, bar);
   quantise_staged(stage, act, meta, 0, a.n_blocks_x, tid, kMlpThreads);
   __syncthreads();  // its codes are complete before any dot reads them
   mlp_stamp(a, kMlpQuantised);
@@ -395,6 +397,7 @@ void Q1Mlp::run(cudaStream_t s, uint64_t* trace) const {
   m.y = a_.y;
   m.h = a_.h;
   m.barrier = barrier_.as<unsigned>();
+  m.hold_copies = a_.hold_copies;
   m.trace = trace;
   m.n_embd = static_cast<int>(a_.gate->n_in);
   m.n_quads = static_cast<int>(a_.gate->n_col_tiles);
@@ -419,9 +422,10 @@ void Q1Mlp::run(cudaStream_t s, uint64_t* trace) const {
 }
 
 std::string Q1Mlp::describe() const {
-  return fmt::format("fused mlp {} -> {} -> {}: {} CTAs x {} threads, {} KB shared, {} blocks",
+  return fmt::format("fused mlp {} -> {} -> {}: {} CTAs x {} threads, {} KB shared, {} blocks{}",
                      a_.gate->n_in, a_.gate->n_out, a_.down->n_out, grid_, kMlpThreads,
-                     smem_ / 1024, n_blk_);
+                     smem_ / 1024, n_blk_,
+                     a_.hold_copies ? ", gate and up copies held until n is staged" : "");
 }
 
 }  // namespace gdn::cuda::mm

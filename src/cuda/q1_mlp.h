@@ -21,12 +21,15 @@ struct Q1MlpArgs {
   float eps = 0.0f;
   float* y = nullptr;  // the residual (n_embd floats, 16-byte aligned): read, then added into
   float* h = nullptr;  // optional: the SwiGLU vector (n_ff floats), for the checks
+  // The gate and up weights' bulk copies issued once n is staged, not before the wait, so that
+  // the norm's loads of y do not queue behind them at the SM.
+  bool hold_copies = false;
 };
 
 // Stamps of the MLP's timeline (globaltimer ns), thread 0 of each CTA.
 enum MlpTraceEvent {
   kMlpEntry,
-  kMlpIssued,  // its gate and up copies and its down prefetches issued
+  kMlpIssued,  // its work before the wait done (copies issued unless held, down prefetched)
   kMlpWaited,
   kMlpQuantised,  // n staged and quantised
   kMlpGateUp,     // its first block's gate and up rows summed

@@ -36,6 +36,11 @@ constexpr int kReplays = 9;
 constexpr int kRounds = 3;
 constexpr float kEps = 1e-6f;
 constexpr int kFfs[] = {17408, 16896};
+// The fused kernel's variants: copies before the wait; held until n is staged; held and no
+// down prefetch.
+constexpr int kFusedVariants = 3;
+const char* const kFusedNames[kFusedVariants] = {
+    "fused split-K MLP", "fused split-K MLP, copies held", "fused, copies held, no down prefetch"};
 
 DeviceBuffer upload(const std::vector<float>& v) {
   DeviceBuffer b(v.size() * sizeof(float));
@@ -74,18 +79,19 @@ class Lab {
     h_fused_ = DeviceBuffer(size_t(n_ff) * sizeof(float));
     codes_act_ = DeviceBuffer(size_t(n_ff / 128) * 32 * sizeof(uint32_t));
     codes_meta_ = DeviceBuffer(size_t(n_ff / 128) * 8);
-    for (int held = 0; held < 2; ++held) {
+    for (int v = 0; v < kFusedVariants; ++v) {
       for (int set = 0; set < kWeightSets; ++set) {
         mm::Q1MlpArgs a = args(set, nullptr);
-        a.hold_copies = held != 0;
-        mlps_[held].push_back(std::make_unique<mm::Q1Mlp>(a, s));
+        a.hold_copies = v > 0;
+        a.prefetch_down = v < 2;
+        mlps_[v].push_back(std::make_unique<mm::Q1Mlp>(a, s));
       }
     }
     checker_ = std::make_unique<mm::Q1Mlp>(args(0, h_fused_.as<float>()), s);
     CUDA_CHECK(cudaStreamSynchronize(s));
   }
 
-  const mm::Q1Mlp& mlp(int held) const { return *mlps_[held][0]; }
+  const mm::Q1Mlp& mlp(int v) const { return *mlps_[v][0]; }
   double layer_bytes() const {
     const WeightSet& w = sets_[0];
     return double(w.gate.device_bytes() + w.up.device_bytes() + w.down.device_bytes());
@@ -120,8 +126,8 @@ class Lab {
     }
     matmul_fused(down, s_);
   }
-  void fused_layer(int held, int l, uint64_t* trace = nullptr) {
-    mlps_[held][size_t(l % kWeightSets)]->run(s_, trace);
+  void fused_layer(int v, int l, uint64_t* trace = nullptr) {
+    mlps_[v][size_t(l % kWeightSets)]->run(s_, trace);
   }
 
   // One layer from x0 by both paths: h bit for bit, y within 1e-5 of the MLP output's scale.
@@ -164,17 +170,17 @@ class Lab {
     return graph_us(
         s_, [&](int l) { launch_layer(l); }, kLayers, kReplays);
   }
-  double fused_us(int held) {
+  double fused_us(int v) {
     return graph_us(
-        s_, [&](int l) { fused_layer(held, l); }, kLayers, kReplays);
+        s_, [&](int l) { fused_layer(v, l); }, kLayers, kReplays);
   }
 
   // kLayers fused layers with their stamps: [layer][grid][kMlpTraceEvents].
-  std::vector<uint64_t> trace(int held) {
-    const size_t per = size_t(mlp(held).grid()) * mm::kMlpTraceEvents;
+  std::vector<uint64_t> trace(int v) {
+    const size_t per = size_t(mlp(v).grid()) * mm::kMlpTraceEvents;
     DeviceBuffer t(kLayers * per * sizeof(uint64_t));
     CUDA_CHECK(cudaMemsetAsync(t.get(), 0, t.bytes(), s_));
-    for (int l = 0; l < kLayers; ++l) fused_layer(held, l, t.as<uint64_t>() + l * per);
+    for (int l = 0; l < kLayers; ++l) fused_layer(v, l, t.as<uint64_t>() + l * per);
     std::vector<uint64_t> h(kLayers * per);
     CUDA_CHECK(cudaMemcpyAsync(h.data(), t.get(), t.bytes(), cudaMemcpyDeviceToHost, s_));
     CUDA_CHECK(cudaStreamSynchronize(s_));
@@ -201,7 +207,7 @@ class Lab {
   std::vector<float> x0_;
   DeviceBuffer resid_[2];  // launches, fused
   DeviceBuffer h_, h_fused_, codes_act_, codes_meta_;
-  std::vector<std::unique_ptr<mm::Q1Mlp>> mlps_[2];  // copies before the wait, held
+  std::vector<std::unique_ptr<mm::Q1Mlp>> mlps_[kFusedVariants];
   std::unique_ptr<mm::Q1Mlp> checker_;
 };
 
@@ -216,8 +222,9 @@ void print_timeline(const std::vector<uint64_t>& t, unsigned grid) {
     for (unsigned c = 0; c < grid; ++c) m = std::max(m, at(l, c, mm::kMlpDone));
     return m;
   };
-  const char* names[] = {"entry",   "copies issued", "waited",  "n quantised",   "gate+up rows",
-                         "h codes", "down stored",   "barrier", "y added (done)"};
+  const char* names[] = {"entry",       "copies issued", "waited",        "norm scale",
+                         "n staged",    "n quantised",   "gate+up rows",  "h codes",
+                         "down stored", "barrier",       "y added (done)"};
   std::vector<std::vector<double>> phase(mm::kMlpTraceEvents);
   std::vector<double> span;
   for (int l = 1; l < kLayers; ++l) {
@@ -257,12 +264,12 @@ int run() {
   bool ok = true;
   for (int n_ff : kFfs) {
     Lab lab(n_ff, s);
-    for (int held = 0; held < 2; ++held) fmt::print("{}\n", lab.mlp(held).describe());
+    for (int v = 0; v < kFusedVariants; ++v) fmt::print("{}\n", lab.mlp(v).describe());
     if (!lab.check()) {
       ok = false;
       continue;
     }
-    constexpr int kVariants = 3;  // launches, fused, fused with the copies held
+    constexpr int kVariants = 1 + kFusedVariants;  // the launches first
     std::vector<double> us[kVariants];
     for (int round = 0; round < kRounds; ++round) {
       for (int k = 0; k < kVariants; ++k) {
@@ -270,14 +277,15 @@ int run() {
         us[v].push_back(v == 0 ? lab.launches_us() : lab.fused_us(v - 1));
       }
     }
-    for (int held = 0; held < 2; ++held) {
-      fmt::print("\ntimeline, n_ff {}{}\n", n_ff, held ? ", copies held" : "");
-      print_timeline(lab.trace(held), lab.mlp(held).grid());
+    for (int v = 0; v < kFusedVariants; ++v) {
+      fmt::print("\ntimeline, n_ff {}, {}\n", n_ff, kFusedNames[v]);
+      print_timeline(lab.trace(v), lab.mlp(v).grid());
     }
-    const char* names[kVariants] = {"launches (gate+up, ffn_down; graph, PDL)", "fused split-K MLP",
-                                    "fused split-K MLP, copies held"};
-    for (int v = 0; v < kVariants; ++v)
-      rows.push_back({n_ff, names[v], bench::median(us[v]), lab.layer_bytes()});
+    for (int v = 0; v < kVariants; ++v) {
+      rows.push_back({n_ff,
+                      v == 0 ? "launches (gate+up, ffn_down; graph, PDL)" : kFusedNames[v - 1],
+                      bench::median(us[v]), lab.layer_bytes()});
+    }
   }
   fmt::print(
       "\n| n_ff | variant | µs a layer | weight GB/s | % of copy |\n|---|---|---:|---:|---:|\n");

@@ -37,7 +37,7 @@ constexpr int kTilesPerBlock = kBlock / kTileRows;  // row tiles of one matrix i
 constexpr int kMlpWarps = 2 * kTilesPerBlock;       // a warp per gate or up tile of the block
 constexpr int kMlpThreads = 32 * kMlpWarps;
 constexpr int kAddBatch = 12;   // partials a thread has in flight
-constexpr int kDownBatch = 20;  // down tiles a warp has in flight (5120 rows: all of them)
+constexpr int kDownBatch = 10;  // down tiles a warp has in flight (5120 rows: all of them)
 
 struct MlpArgs {
   const uint4* gate_bits;  // [tiles][quads][2][32] (matmul_q1_0.cu's layout)
@@ -48,10 +48,11 @@ struct MlpArgs {
   const uint32_t* down_scales;  // [n_blk][out_tiles][8]: fp16 d of rows g, g+8
   float* partials;              // [n_blk][n_embd]
   float* y;
-  float* h;           // optional [n_blk * 128]
-  unsigned* barrier;  // {arrivals, generation}
-  bool hold_copies;   // Q1MlpArgs::hold_copies
-  uint64_t* trace;    // optional [grid][kMlpTraceEvents]
+  float* h;            // optional [n_blk * 128]
+  unsigned* barrier;   // {arrivals, generation}
+  bool hold_copies;    // Q1MlpArgs::hold_copies
+  bool prefetch_down;  // Q1MlpArgs::prefetch_down
+  uint64_t* trace;     // optional [grid][kMlpTraceEvents]
   int n_embd, n_quads, n_blocks_x, n_stage, out_tiles, n_blk, slices, chunks;
   int tile_bytes;  // one gate or up row tile: bits then scales
   int off_stage, off_act, off_meta, off_sums, off_rows, off_hact, off_bar;
@@ -222,7 +223,7 @@ __global__ void __launch_bounds__(kMlpThreads, 1) q1_mlp_kernel(const __grid_con
   __syncthreads();  // the mbarriers are initialised before the copies complete on them
   if (tid == 0) {
     if (!a.hold_copies) issue_gate_up(a, blockIdx.x, smem, bar);
-    for (int b = blockIdx.x; b < a.n_blk; b += gridDim.x) {
+    for (int b = blockIdx.x; a.prefetch_down && b < a.n_blk; b += gridDim.x) {
       prefetch_l2(a.down_bits + int64_t(b) * a.out_tiles * 32, unsigned(a.out_tiles) * 256u);
       prefetch_l2(a.down_scales + int64_t(b) * a.out_tiles * 8, unsigned(a.out_tiles) * 32u);
     }
@@ -234,9 +235,11 @@ __global__ void __launch_bounds__(kMlpThreads, 1) q1_mlp_kernel(const __grid_con
   mlp_stamp(a, kMlpWaited);
   prologue_prefetch_inputs(a.pro);
   prologue_scales(a.pro, sums, sums + a.pro.n_sums);
+  mlp_stamp(a, kMlpNormed);
   prologue_stage(a.pro, a.n_stage, sums + a.pro.n_sums,
                  [&](int f, float4 v) { stage[stage_pos(f)] = v; });
   __syncthreads();  // n is staged before any eighth reads it
+  mlp_stamp(a, kMlpStaged);
   if (a.hold_copies && tid == 0) issue_gate_up(a, blockIdx.x, smem, bar);
   quantise_staged(stage, act, meta, 0, a.n_blocks_x, tid, kMlpThreads);
   __syncthreads();  // its codes are complete before any dot reads them
@@ -398,6 +401,7 @@ void Q1Mlp::run(cudaStream_t s, uint64_t* trace) const {
   m.h = a_.h;
   m.barrier = barrier_.as<unsigned>();
   m.hold_copies = a_.hold_copies;
+  m.prefetch_down = a_.prefetch_down;
   m.trace = trace;
   m.n_embd = static_cast<int>(a_.gate->n_in);
   m.n_quads = static_cast<int>(a_.gate->n_col_tiles);
@@ -422,10 +426,11 @@ void Q1Mlp::run(cudaStream_t s, uint64_t* trace) const {
 }
 
 std::string Q1Mlp::describe() const {
-  return fmt::format("fused mlp {} -> {} -> {}: {} CTAs x {} threads, {} KB shared, {} blocks{}",
-                     a_.gate->n_in, a_.gate->n_out, a_.down->n_out, grid_, kMlpThreads,
-                     smem_ / 1024, n_blk_,
-                     a_.hold_copies ? ", gate and up copies held until n is staged" : "");
+  return fmt::format(
+      "fused mlp {} -> {} -> {}: {} CTAs x {} threads, {} KB shared, {} blocks{}", a_.gate->n_in,
+      a_.gate->n_out, a_.down->n_out, grid_, kMlpThreads, smem_ / 1024, n_blk_,
+      std::string(a_.hold_copies ? ", gate and up copies held until n is staged" : "") +
+          (a_.prefetch_down ? "" : ", no down prefetch"));
 }
 
 }  // namespace gdn::cuda::mm

@@ -24,6 +24,8 @@ struct Q1MlpArgs {
   // The gate and up weights' bulk copies issued once n is staged, not before the wait, so that
   // the norm's loads of y do not queue behind them at the SM.
   bool hold_copies = false;
+  // W_down's block columns asked of L2 at entry (a hint; off: the lab's control).
+  bool prefetch_down = true;
 };
 
 // Stamps of the MLP's timeline (globaltimer ns), thread 0 of each CTA.
@@ -31,7 +33,9 @@ enum MlpTraceEvent {
   kMlpEntry,
   kMlpIssued,  // its work before the wait done (copies issued unless held, down prefetched)
   kMlpWaited,
-  kMlpQuantised,  // n staged and quantised
+  kMlpNormed,     // the norm's scale of y
+  kMlpStaged,     // n staged
+  kMlpQuantised,  // n quantised
   kMlpGateUp,     // its first block's gate and up rows summed
   kMlpCodes,      // that block's SwiGLU values quantised
   kMlpDown,       // every owned block's down partials stored

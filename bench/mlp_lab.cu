@@ -36,11 +36,11 @@ constexpr int kReplays = 9;
 constexpr int kRounds = 3;
 constexpr float kEps = 1e-6f;
 constexpr int kFfs[] = {17408, 16896};
-// The fused kernel's variants: copies before the wait; held until n is staged; held and no
-// down prefetch.
+// The fused kernel's variants (mm::Q1MlpCopies): gate and up copies before the wait; held
+// until n is staged; gate before, up after the norm's scale.
 constexpr int kFusedVariants = 3;
 const char* const kFusedNames[kFusedVariants] = {
-    "fused split-K MLP", "fused split-K MLP, copies held", "fused, copies held, no down prefetch"};
+    "fused split-K MLP", "fused split-K MLP, copies held", "fused split-K MLP, up copies held"};
 
 DeviceBuffer upload(const std::vector<float>& v) {
   DeviceBuffer b(v.size() * sizeof(float));
@@ -82,8 +82,7 @@ class Lab {
     for (int v = 0; v < kFusedVariants; ++v) {
       for (int set = 0; set < kWeightSets; ++set) {
         mm::Q1MlpArgs a = args(set, nullptr);
-        a.hold_copies = v > 0;
-        a.prefetch_down = v < 2;
+        a.copies = static_cast<mm::Q1MlpCopies>(v);
         mlps_[v].push_back(std::make_unique<mm::Q1Mlp>(a, s));
       }
     }

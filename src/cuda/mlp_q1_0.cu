@@ -36,8 +36,8 @@ constexpr int kQ = 2;                               // quads per chunk, as the d
 constexpr int kTilesPerBlock = kBlock / kTileRows;  // row tiles of one matrix in a 128-row block
 constexpr int kMlpWarps = 2 * kTilesPerBlock;       // a warp per gate or up tile of the block
 constexpr int kMlpThreads = 32 * kMlpWarps;
-constexpr int kAddBatch = 12;   // partials a thread has in flight
-constexpr int kDownBatch = 10;  // down tiles a warp has in flight (5120 rows: all of them)
+constexpr int kAddBatch = 12;  // partials a thread has in flight
+constexpr int kSumBatch = 16;  // partials of a row loaded before they are added
 
 struct MlpArgs {
   const uint4* gate_bits;  // [tiles][quads][2][32] (matmul_q1_0.cu's layout)
@@ -48,11 +48,10 @@ struct MlpArgs {
   const uint32_t* down_scales;  // [n_blk][out_tiles][8]: fp16 d of rows g, g+8
   float* partials;              // [n_blk][n_embd]
   float* y;
-  float* h;            // optional [n_blk * 128]
-  unsigned* barrier;   // {arrivals, generation}
-  bool hold_copies;    // Q1MlpArgs::hold_copies
-  bool prefetch_down;  // Q1MlpArgs::prefetch_down
-  uint64_t* trace;     // optional [grid][kMlpTraceEvents]
+  float* h;           // optional [n_blk * 128]
+  unsigned* barrier;  // {arrivals, generation}
+  Q1MlpCopies copies;
+  uint64_t* trace;  // optional [grid][kMlpTraceEvents]
   int n_embd, n_quads, n_blocks_x, n_stage, out_tiles, n_blk, slices, chunks;
   int tile_bytes;  // one gate or up row tile: bits then scales
   int off_stage, off_act, off_meta, off_sums, off_rows, off_hact, off_bar;
@@ -66,27 +65,15 @@ __device__ __forceinline__ void mlp_stamp(const MlpArgs& a, int e) {
   a.trace[blockIdx.x * kMlpTraceEvents + e] = t;
 }
 
-__device__ __forceinline__ uint2 ld_stream2(const uint2* p) {
-  uint2 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];"
-               : "=r"(v.x), "=r"(v.y)
-               : "l"(p));
-  return v;
-}
-__device__ __forceinline__ uint32_t ld_stream1(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
-  return v;
-}
-
-// Thread 0: block b's 8 gate and 8 up row tiles (consecutive in the layout: one copy of bits
-// and one of scales per matrix) into the tiles' room: gate bits | gate scales | up bits | up
-// scales, matrix m on mbarrier m.
-__device__ void issue_gate_up(const MlpArgs& a, int b, unsigned char* tiles, uint64_t* bar) {
+// Thread 0: block b's 8 row tiles of matrices [m0, m1) (0 gate, 1 up; consecutive in the
+// layout: one copy of bits and one of scales per matrix) into the tiles' room: gate bits | gate
+// scales | up bits | up scales, matrix m on mbarrier m.
+__device__ void issue_gate_up(const MlpArgs& a, int b, unsigned char* tiles, uint64_t* bar, int m0,
+                              int m1) {
   const unsigned bits_bytes = unsigned(a.n_quads) * 1024u * kTilesPerBlock;
   const unsigned scale_bytes = unsigned(a.n_quads) * 128u * kTilesPerBlock;
   const int64_t tile0 = int64_t(b) * kTilesPerBlock;
-  for (int m = 0; m < 2; ++m) {
+  for (int m = m0; m < m1; ++m) {
     unsigned char* dst = tiles + m * (bits_bytes + scale_bytes);
     mbar_arrive_expect_tx(bar + m, bits_bytes + scale_bytes);
     bulk_copy(dst, (m ? a.up_bits : a.gate_bits) + tile0 * a.n_quads * 64, bits_bytes, bar + m);
@@ -122,35 +109,34 @@ __device__ float2 tile_rows(const MlpArgs& a, const uint4* tile_bits, const uint
   return sum;
 }
 
-// Block b's down partials P_b[row] for this warp's output tiles, from the block's codes.
-__device__ void down_partials(const MlpArgs& a, int b, const uint32_t* hact, const ActMeta* hmeta,
-                              const BmmaMath& math, int lane, int warp) {
-  const uint2* bits = a.down_bits + int64_t(b) * a.out_tiles * 32 + lane;
-  const uint32_t* scales = a.down_scales + int64_t(b) * a.out_tiles * 8 + (lane >> 2);
+// Thread 0: block b's column of W_down (every output tile's 16 x 128 bits and scales, one
+// stretch in the split-K layout) into the tiles' room, on mbarrier 2.
+__device__ void issue_down(const MlpArgs& a, int b, unsigned char* tiles, uint64_t* bar) {
+  const unsigned bits_bytes = unsigned(a.out_tiles) * 256u,
+                 scale_bytes = unsigned(a.out_tiles) * 32u;
+  mbar_arrive_expect_tx(bar + 2, bits_bytes + scale_bytes);
+  bulk_copy(tiles, a.down_bits + int64_t(b) * a.out_tiles * 32, bits_bytes, bar + 2);
+  bulk_copy(tiles + bits_bytes, a.down_scales + int64_t(b) * a.out_tiles * 8, scale_bytes, bar + 2);
+}
+
+// Block b's down partials P_b[row] for this warp's output tiles, from the block's codes and its
+// W_down column in shared memory (issue_down).
+__device__ void down_partials(const MlpArgs& a, int b, const unsigned char* tiles,
+                              const uint32_t* hact, const ActMeta* hmeta, const BmmaMath& math,
+                              int lane, int warp) {
+  const uint2* bits = reinterpret_cast<const uint2*>(tiles) + lane;
+  const uint32_t* scales =
+      reinterpret_cast<const uint32_t*>(tiles + a.out_tiles * 256) + (lane >> 2);
   float* out = a.partials + int64_t(b) * a.n_embd + (lane >> 2);
-  for (int t0 = warp; t0 < a.out_tiles; t0 += kDownBatch * kMlpWarps) {
-    uint2 w[kDownBatch];
-    uint32_t d[kDownBatch];
-#pragma unroll
-    for (int i = 0; i < kDownBatch; ++i) {
-      const int t = t0 + i * kMlpWarps;
-      if (t < a.out_tiles) {
-        w[i] = ld_stream2(bits + t * 32);
-        d[i] = ld_stream1(scales + t * 8);
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < kDownBatch; ++i) {
-      const int t = t0 + i * kMlpWarps;
-      if (t >= a.out_tiles) break;
-      const float2 p =
-          block_fma<BmmaMath, true>(math, w[i].x, w[i].y, d[i], hact + BmmaMath::lane_offset(lane),
-                                    hmeta, lane, make_float2(0.0f, 0.0f));
-      const float2 r = sum_quad_lanes(p);
-      if ((lane & 3) == 0) {
-        out[t * kTileRows] = r.x;
-        out[t * kTileRows + 8] = r.y;
-      }
+  for (int t = warp; t < a.out_tiles; t += kMlpWarps) {
+    const uint2 w = bits[t * 32];
+    const float2 p =
+        block_fma<BmmaMath, true>(math, w.x, w.y, scales[t * 8], hact + BmmaMath::lane_offset(lane),
+                                  hmeta, lane, make_float2(0.0f, 0.0f));
+    const float2 r = sum_quad_lanes(p);
+    if ((lane & 3) == 0) {
+      out[t * kTileRows] = r.x;
+      out[t * kTileRows + 8] = r.y;
     }
   }
 }
@@ -196,8 +182,18 @@ __device__ void add_partials(const MlpArgs& a, float* red) {
   }
   __syncthreads();
   if (static_cast<int>(threadIdx.x) < nr) {
+    // Block order from 0; each batch's shared-memory loads issued before its additions.
+    const float* col = red + threadIdx.x;
     float sum = 0.0f;
-    for (int b = 0; b < a.n_blk; ++b) sum += red[b * nr + threadIdx.x];  // fixed order
+    int b = 0;
+    for (; b + kSumBatch <= a.n_blk; b += kSumBatch) {
+      float v[kSumBatch];
+#pragma unroll
+      for (int k = 0; k < kSumBatch; ++k) v[k] = col[(b + k) * nr];
+#pragma unroll
+      for (int k = 0; k < kSumBatch; ++k) sum += v[k];
+    }
+    for (; b < a.n_blk; ++b) sum += col[b * nr];
     float* y = a.y + r0 + threadIdx.x;
     *y = *y + sum;  // the AddInto epilogue's `y + x`
   }
@@ -217,13 +213,15 @@ __global__ void __launch_bounds__(kMlpThreads, 1) q1_mlp_kernel(const __grid_con
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   mlp_stamp(a, kMlpEntry);
   if (tid == 0) {
-    for (int m = 0; m < 2; ++m) mbar_init(bar + m, 1);
+    for (int m = 0; m < 3; ++m) mbar_init(bar + m, 1);  // gate, up, down
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();  // the mbarriers are initialised before the copies complete on them
   if (tid == 0) {
-    if (!a.hold_copies) issue_gate_up(a, blockIdx.x, smem, bar);
-    for (int b = blockIdx.x; a.prefetch_down && b < a.n_blk; b += gridDim.x) {
+    if (a.copies != Q1MlpCopies::Held) {
+      issue_gate_up(a, blockIdx.x, smem, bar, 0, a.copies == Q1MlpCopies::Split ? 1 : 2);
+    }
+    for (int b = blockIdx.x; b < a.n_blk; b += gridDim.x) {
       prefetch_l2(a.down_bits + int64_t(b) * a.out_tiles * 32, unsigned(a.out_tiles) * 256u);
       prefetch_l2(a.down_scales + int64_t(b) * a.out_tiles * 8, unsigned(a.out_tiles) * 32u);
     }
@@ -236,11 +234,12 @@ __global__ void __launch_bounds__(kMlpThreads, 1) q1_mlp_kernel(const __grid_con
   prologue_prefetch_inputs(a.pro);
   prologue_scales(a.pro, sums, sums + a.pro.n_sums);
   mlp_stamp(a, kMlpNormed);
+  if (a.copies == Q1MlpCopies::Split && tid == 0) issue_gate_up(a, blockIdx.x, smem, bar, 1, 2);
   prologue_stage(a.pro, a.n_stage, sums + a.pro.n_sums,
                  [&](int f, float4 v) { stage[stage_pos(f)] = v; });
   __syncthreads();  // n is staged before any eighth reads it
   mlp_stamp(a, kMlpStaged);
-  if (a.hold_copies && tid == 0) issue_gate_up(a, blockIdx.x, smem, bar);
+  if (a.copies == Q1MlpCopies::Held && tid == 0) issue_gate_up(a, blockIdx.x, smem, bar, 0, 2);
   quantise_staged(stage, act, meta, 0, a.n_blocks_x, tid, kMlpThreads);
   __syncthreads();  // its codes are complete before any dot reads them
   mlp_stamp(a, kMlpQuantised);
@@ -260,11 +259,9 @@ __global__ void __launch_bounds__(kMlpThreads, 1) q1_mlp_kernel(const __grid_con
       rows[warp * kTileRows + (lane >> 2)] = r.x;
       rows[warp * kTileRows + (lane >> 2) + 8] = r.y;
     }
-    __syncthreads();  // every gate and up row is summed; the tiles' room is free
-    if (round == 0) mlp_stamp(a, kMlpGateUp);
-    if (tid == 0 && b + static_cast<int>(gridDim.x) < a.n_blk) {
-      issue_gate_up(a, b + gridDim.x, smem, bar);
-    }
+    __syncthreads();  // every gate and up row is summed; the tiles' room is free    if (round == 0)
+                      // mlp_stamp(a, kMlpGateUp);
+    if (tid == 0) issue_down(a, b, smem, bar);
     if (tid < kBlock) {  // the SiluMulPair epilogue's `up * silu(gate)`, staged as the codes want
       const float h = rows[kBlock + tid] * detail::silu(rows[tid]);
       reinterpret_cast<float*>(stage)[4 * stage_pos(tid >> 2) + (tid & 3)] = h;
@@ -274,8 +271,12 @@ __global__ void __launch_bounds__(kMlpThreads, 1) q1_mlp_kernel(const __grid_con
     if (warp == 0) quantise_eighths_at<1>(stage, hact, hmeta, 0, 32, 16, lane);
     __syncthreads();  // the block's codes are complete
     if (round == 0) mlp_stamp(a, kMlpCodes);
-    down_partials(a, b, hact, hmeta, math, lane, warp);
-    __syncthreads();  // the codes are read before the next block's overwrite them
+    mbar_wait(bar + 2, round & 1);
+    down_partials(a, b, smem, hact, hmeta, math, lane, warp);
+    __syncthreads();  // the codes and the column are read before the next block's overwrite them
+    if (tid == 0 && b + static_cast<int>(gridDim.x) < a.n_blk) {
+      issue_gate_up(a, b + gridDim.x, smem, bar, 0, 2);
+    }
   }
   mlp_stamp(a, kMlpDown);
   grid_barrier(a.barrier);
@@ -371,13 +372,14 @@ Q1Mlp::Q1Mlp(const Q1MlpArgs& a, cudaStream_t s) : a_(a) {
   };
   const int off_stage = take(n_blocks_x * kBlock * 4), off_act = take(n_blocks_x * 128),
             off_meta = take(n_blocks_x * 8), off_sums = take((pro.n_sums + pro.n_scales) * 4),
-            off_rows = take(2 * kBlock * 4), off_hact = take(32 * 4 + 8), off_bar = take(2 * 8);
+            off_rows = take(2 * kBlock * 4), off_hact = take(32 * 4 + 8), off_bar = take(3 * 8);
   smem_ = size_t(off);
   const size_t max_smem = allow_max_smem(reinterpret_cast<const void*>(&q1_mlp_kernel));
   const size_t red_bytes = size_t(n_blk_) * size_t((n_embd + grid_ - 1) / grid_) * 4;
-  if (smem_ > max_smem || red_bytes > size_t(kMlpWarps) * tile_bytes) {
+  const size_t down_bytes = size_t(out_tiles) * 288;
+  if (smem_ > max_smem || std::max(red_bytes, down_bytes) > size_t(kMlpWarps) * tile_bytes) {
     fail("cuda fused mlp: {} bytes of shared memory for n_embd {} n_ff {} (the device allows {})",
-         std::max(smem_, red_bytes), n_embd, n_ff, max_smem);
+         std::max({smem_, red_bytes, down_bytes}), n_embd, n_ff, max_smem);
   }
   offsets_[0] = off_stage;
   offsets_[1] = off_act;
@@ -400,8 +402,7 @@ void Q1Mlp::run(cudaStream_t s, uint64_t* trace) const {
   m.y = a_.y;
   m.h = a_.h;
   m.barrier = barrier_.as<unsigned>();
-  m.hold_copies = a_.hold_copies;
-  m.prefetch_down = a_.prefetch_down;
+  m.copies = a_.copies;
   m.trace = trace;
   m.n_embd = static_cast<int>(a_.gate->n_in);
   m.n_quads = static_cast<int>(a_.gate->n_col_tiles);
@@ -426,11 +427,12 @@ void Q1Mlp::run(cudaStream_t s, uint64_t* trace) const {
 }
 
 std::string Q1Mlp::describe() const {
-  return fmt::format(
-      "fused mlp {} -> {} -> {}: {} CTAs x {} threads, {} KB shared, {} blocks{}", a_.gate->n_in,
-      a_.gate->n_out, a_.down->n_out, grid_, kMlpThreads, smem_ / 1024, n_blk_,
-      std::string(a_.hold_copies ? ", gate and up copies held until n is staged" : "") +
-          (a_.prefetch_down ? "" : ", no down prefetch"));
+  return fmt::format("fused mlp {} -> {} -> {}: {} CTAs x {} threads, {} KB shared, {} blocks{}",
+                     a_.gate->n_in, a_.gate->n_out, a_.down->n_out, grid_, kMlpThreads,
+                     smem_ / 1024, n_blk_,
+                     a_.copies == Q1MlpCopies::Held ? ", gate and up copies held until n is staged"
+                     : a_.copies == Q1MlpCopies::Split ? ", up copies held until the norm's scale"
+                                                       : "");
 }
 
 }  // namespace gdn::cuda::mm

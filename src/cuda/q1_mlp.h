@@ -12,6 +12,11 @@
 
 namespace gdn::cuda::mm {
 
+// When a CTA bulk-copies its block's gate and up rows into shared memory: all before the wait;
+// all once n is staged (so that the norm's loads of y do not queue behind 184 KB at the SM);
+// the gate rows before the wait and the up rows once the norm's scale is known.
+enum class Q1MlpCopies : uint8_t { BeforeWait, Held, Split };
+
 // y <- y + W_down·(silu(W_gate·n) ⊙ (W_up·n)), n = rms_norm(y, norm, eps), in one kernel.
 struct Q1MlpArgs {
   const GpuMatrix* gate = nullptr;  // Q1_0 (quantised activations), n_ff x n_embd
@@ -21,11 +26,7 @@ struct Q1MlpArgs {
   float eps = 0.0f;
   float* y = nullptr;  // the residual (n_embd floats, 16-byte aligned): read, then added into
   float* h = nullptr;  // optional: the SwiGLU vector (n_ff floats), for the checks
-  // The gate and up weights' bulk copies issued once n is staged, not before the wait, so that
-  // the norm's loads of y do not queue behind them at the SM.
-  bool hold_copies = false;
-  // W_down's block columns asked of L2 at entry (a hint; off: the lab's control).
-  bool prefetch_down = true;
+  Q1MlpCopies copies = Q1MlpCopies::BeforeWait;
 };
 
 // Stamps of the MLP's timeline (globaltimer ns), thread 0 of each CTA.

@@ -221,9 +221,9 @@ void print_timeline(const std::vector<uint64_t>& t, unsigned grid) {
     for (unsigned c = 0; c < grid; ++c) m = std::max(m, at(l, c, mm::kMlpDone));
     return m;
   };
-  const char* names[] = {"entry",       "copies issued", "waited",        "norm scale",
-                         "n staged",    "n quantised",   "gate+up rows",  "h codes",
-                         "down stored", "barrier",       "y added (done)"};
+  const char* names[] = {"entry",       "copies issued", "waited",          "norm scale",
+                         "n staged",    "n quantised",   "gate+up rows",    "h codes",
+                         "down stored", "barrier",       "partials loaded", "y added (done)"};
   std::vector<std::vector<double>> phase(mm::kMlpTraceEvents);
   std::vector<double> span;
   for (int l = 1; l < kLayers; ++l) {

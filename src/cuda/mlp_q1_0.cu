@@ -128,6 +128,7 @@ __device__ void down_partials(const MlpArgs& a, int b, const unsigned char* tile
   const uint32_t* scales =
       reinterpret_cast<const uint32_t*>(tiles + a.out_tiles * 256) + (lane >> 2);
   float* out = a.partials + int64_t(b) * a.n_embd + (lane >> 2);
+#pragma unroll 4
   for (int t = warp; t < a.out_tiles; t += kMlpWarps) {
     const uint2 w = bits[t * 32];
     const float2 p =
@@ -148,11 +149,16 @@ __device__ void grid_barrier(unsigned* bar) {
   __syncthreads();
   if (threadIdx.x == 0) {
     const unsigned gen = ld_acquire(bar + 1);
-    __threadfence();
-    if (atomicAdd(bar, 1u) == gridDim.x - 1) {
+    // acq_rel: this CTA's partials (ordered before by the CTA barrier) are released with the
+    // arrival, and the last arrival acquires every other CTA's.
+    unsigned arrived;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;"
+                 : "=r"(arrived)
+                 : "l"(bar)
+                 : "memory");
+    if (arrived == gridDim.x - 1) {
       bar[0] = 0;
-      __threadfence();
-      atomicExch(bar + 1, gen + 1);
+      asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(bar + 1), "r"(gen + 1) : "memory");
     } else {
       while (ld_acquire(bar + 1) == gen) {
       }
@@ -181,6 +187,7 @@ __device__ void add_partials(const MlpArgs& a, float* red) {
     }
   }
   __syncthreads();
+  mlp_stamp(a, kMlpLoaded);
   if (static_cast<int>(threadIdx.x) < nr) {
     // Block order from 0; each batch's shared-memory loads issued before its additions.
     const float* col = red + threadIdx.x;
@@ -259,8 +266,8 @@ __global__ void __launch_bounds__(kMlpThreads, 1) q1_mlp_kernel(const __grid_con
       rows[warp * kTileRows + (lane >> 2)] = r.x;
       rows[warp * kTileRows + (lane >> 2) + 8] = r.y;
     }
-    __syncthreads();  // every gate and up row is summed; the tiles' room is free    if (round == 0)
-                      // mlp_stamp(a, kMlpGateUp);
+    __syncthreads();  // every gate and up row is summed; the tiles' room is free
+    if (round == 0) mlp_stamp(a, kMlpGateUp);
     if (tid == 0) issue_down(a, b, smem, bar);
     if (tid < kBlock) {  // the SiluMulPair epilogue's `up * silu(gate)`, staged as the codes want
       const float h = rows[kBlock + tid] * detail::silu(rows[tid]);

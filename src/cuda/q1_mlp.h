@@ -41,6 +41,7 @@ enum MlpTraceEvent {
   kMlpCodes,      // that block's SwiGLU values quantised
   kMlpDown,       // every owned block's down partials stored
   kMlpBarrier,    // every CTA's partials stored
+  kMlpLoaded,     // the partials of its rows in shared memory
   kMlpDone,       // its rows of y added and stored
   kMlpTraceEvents
 };

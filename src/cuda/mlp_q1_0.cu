@@ -22,6 +22,17 @@
 // (before the wait: weights never depend on the previous kernel) on one mbarrier per matrix | n
 // staged | its codes | the norm's sums and scales | the 16 tiles' row sums | the block's codes
 // | the mbarriers. After the barrier the tiles' room holds the partials being added.
+//
+// Measured (H200, 2026-12-03, bench/mlp_lab, five calls; bench/RESULTS.md): REFUTED as built.
+// µs a layer, launches / this kernel (best version and copy mode): n_ff 16896 (132 blocks, one
+// per SM) 19.7-20.0 / 22.2; Bonsai's 17408 (136 blocks: four CTAs own two, in turn) 21.9-22.1 /
+// 29.4. The gate+up part (wait, norm, stage, quantise, rows, codes: ~12-14 µs) is no faster
+// than the gate+up launch: the norm's loads of y queue behind the CTA's 184 KB of bulk copies
+// (norm 2.6 µs held, 6-7 µs not), and held, the rows wait for the bytes to land (~5.4 µs at full
+// bandwidth). And the split-K tail costs more than the ffn_down launch it replaces: down
+// products 3.3-4.6 µs (20 tiles a warp, one block each), the grid barrier 2.1-2.8, the partials'
+// one L2 round trip 2.3, their sums 0.8 (~9 µs against ~7). Every GPU-wide dependence costs ~2 µs
+// and each round trip after it ~2 more, whether it is a kernel boundary or a grid barrier.
 #include <fmt/format.h>
 
 #include "common/error.h"

@@ -2,16 +2,15 @@
 # One call on the GPU machine: runs the binaries built here (scripts/build_portable.sh, carried
 # as build-cuda/) — op checks, backend tests, the GEMV lab, the benchmark — with full logs in
 # $OUT and a short summary last. Steps are chosen by name: scripts/device.sh ops tests lab bench
-# (also: chain [bench/chain_lab, the persistent GEMV chain], mlp [bench/mlp_lab, the fused
-# split-K MLP against its two launches], ncumlp [its stall reasons per SASS line], ncu [the
-# one-launch GEMV's stall reasons per SASS line], ncuchain [the same for the chain kernel],
-# profile [every kernel's time in decode steps, one at a time under ncu], sass [the one-launch
-# GEMV's SASS], timeline and timelinebase [gdn bench --timeline, all exact rungs / baseline +
-# graphs], timelinetests, opsof [OPS="a b": gdn ops --op per name], opsperf, ladder,
-# benchladder, nulls, benchbase [baseline granularity + graphs], tg [tg128 alone], prevbench,
-# prevbenchbase, prevtimeline and prevtg [bench, benchbase, timeline and tg with a carried
-# gdn_prev], alttg and alttimeline [tg and timeline with a carried gdn_alt, a second variant],
-# benchnographs, compare, comparef32).
+# (also: chain [bench/chain_lab, the persistent GEMV chain], ncu [the one-launch GEMV's stall
+# reasons per SASS line], ncuchain [the same for the chain kernel], profile [every kernel's
+# time in decode steps, one at a time under ncu], sass [the one-launch GEMV's SASS], timeline
+# and timelinebase [gdn bench --timeline, all exact rungs / baseline + graphs], timelinetests,
+# opsof [OPS="a b": gdn ops --op per name], opsperf, ladder, benchladder, nulls, benchbase
+# [baseline granularity + graphs], tg [tg128 alone], prevbench, prevbenchbase, prevtimeline and
+# prevtg [bench, benchbase, timeline and tg with a carried gdn_prev], alttg and alttimeline [tg
+# and timeline with a carried gdn_alt, a second variant], benchnographs, compare,
+# comparef32).
 # Every log comes back in $OUT/logs.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -27,7 +26,6 @@ if [ -f .carry/bins.tar.xz ]; then
   ln -sf ../test_cuda_ladder /tmp/gdn-bin/tests/test_cuda_ladder
   ln -sf ../gemv_lab /tmp/gdn-bin/bench/gemv_lab
   ln -sf ../chain_lab /tmp/gdn-bin/bench/chain_lab
-  ln -sf ../mlp_lab /tmp/gdn-bin/bench/mlp_lab
   bin=/tmp/gdn-bin
 fi
 steps=("$@")
@@ -77,9 +75,6 @@ for s in "${steps[@]}"; do
     lab) run_step lab "$bin/bench/gemv_lab" ;;
     # Line-buffered: a chain that hangs (a timeout) still leaves its lines so far.
     chain) run_step chain stdbuf -oL "$bin/bench/chain_lab" ;;
-    mlp) run_step mlp stdbuf -oL "$bin/bench/mlp_lab" ;;
-    # The fused MLP kernel: by default a launch of bench/mlp_lab's first timed graph (n_ff 17408).
-    ncumlp) ncu_stalls ncumlp q1_mlp_kernel "${NCU_MLP_SKIP:-3}" "$bin/bench/mlp_lab" ;;
     # Caches left warm (--cache-control none) and a launch from the lab's timing loop, as in a
     # decode step: ${NCU_SKIP:-40} launches of the kernel skipped first (past the checks and the
     # timelines, into the first timed graph).

@@ -1,6 +1,7 @@
 // Shared-memory mbarriers, bulk copies (cp.async.bulk, sm_90) and the acquire load of a
-// GPU-wide counter: the pieces of the kernels that stream weights into shared memory and meet
-// at grid barriers (the GEMV chain, matmul_q1_0.cu; the fused MLP, mlp_q1_0.cu).
+// GPU-wide counter: the pieces of a kernel that streams weights into shared memory and meets
+// at grid barriers (the GEMV chain, matmul_q1_0.cu; the split-K MLP of branch
+// exp/s27-split-k-mlp used them too).
 #pragma once
 
 #include <cuda_runtime.h>

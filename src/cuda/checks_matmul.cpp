@@ -69,7 +69,6 @@
 #include "cuda/matrix.h"
 #include "cuda/op_check.h"
 #include "cuda/q1_chain.h"
-#include "cuda/q1_mlp.h"
 #include "quant/quant.h"
 
 namespace gdn::cuda::mm {
@@ -1255,144 +1254,6 @@ void add_chain_checks(Context& ctx, std::vector<Result>& out) {
   add_chain_refusals(ctx, out);
 }
 
-// The fused split-K MLP (mm::Q1Mlp) against the decode's two launches on the same residual:
-// the gate+up GEMV (RmsNorm prologue, SiluMulPair epilogue) and ffn_down (AddInto). The
-// SwiGLU vector h must match bit for bit (the same prologue, codes, dots and slice order), and
-// y within 1e-5 of max|y_out - y_in|: the down products are the same per-block integers and
-// f32 products, only their sums are associated differently (per 128-row block, then blocks in
-// order, against the GEMV's slices of blocks), ~1e-7 of the output for random signs. The poison
-// after y must stay. Shapes: a padded quad (640), a single-chunk row (1024), blocks fewer than
-// SMs (3, 8, 33) and Bonsai's 136 (more blocks than the H200's 132 SMs: CTAs owning two).
-struct MlpCase {
-  int64_t n_embd, n_ff;
-};
-
-void run_mlp_case(Context& ctx, std::vector<Result>& out, const MlpCase& c) {
-  constexpr int64_t kPad = 4;
-  constexpr float kEps = 1e-6f;
-  cudaStream_t s = ctx.stream();
-  std::vector<uint8_t> st;
-  const GpuMatrix gate = upload_matrix(
-                      expand(random_matrix(ctx, Type::Q1_0, c.n_embd, c.n_ff), "gate", st), s),
-                  up = upload_matrix(
-                      expand(random_matrix(ctx, Type::Q1_0, c.n_embd, c.n_ff), "up", st), s),
-                  down = upload_matrix(
-                      expand(random_matrix(ctx, Type::Q1_0, c.n_ff, c.n_embd), "down", st), s);
-  const std::vector<float> y_in = ctx.random(static_cast<size_t>(c.n_embd));
-  const DeviceBuffer norm = poisoned_copy(ctx.random(static_cast<size_t>(c.n_embd)), c.n_embd, s);
-  DeviceBuffer y[2] = {poisoned_copy(y_in, c.n_embd + kPad, s),
-                       poisoned_copy(y_in, c.n_embd + kPad, s)};
-  DeviceBuffer h[2] = {poisoned_copy({}, c.n_ff, s), poisoned_copy({}, c.n_ff, s)};
-  FusedGemv gu;
-  gu.prologue = Prologue::RmsNorm;
-  gu.epilogue = Epilogue::SiluMulPair;
-  gu.x = y[0].as<float>();
-  gu.norm = norm.as<float>();
-  gu.eps = kEps;
-  gu.n = 2;
-  gu.w[0] = &gate;
-  gu.w[1] = &up;
-  gu.y[0] = h[0].as<float>();
-  matmul_fused(gu, s);
-  FusedGemv dn = plain_gemv(down, h[0].as<float>(), y[0].as<float>());
-  dn.epilogue = Epilogue::AddInto;
-  matmul_fused(dn, s);
-  mm::Q1MlpArgs a;
-  a.gate = &gate;
-  a.up = &up;
-  a.down = &down;
-  a.norm = norm.as<float>();
-  a.eps = kEps;
-  a.y = y[1].as<float>();
-  a.h = h[1].as<float>();
-  const mm::Q1Mlp mlp(a, s);
-  mlp.run(s);
-  Result r;
-  r.op = "q1_0_mlp";
-  r.shape = fmt::format("{} -> {} -> {} ({} blocks)", c.n_embd, c.n_ff, c.n_embd, c.n_ff / 128);
-  const std::vector<float> h0 = download(h[0], static_cast<size_t>(c.n_ff), s),
-                           h1 = download(h[1], static_cast<size_t>(c.n_ff), s);
-  for (size_t i = 0; i < h0.size() && r.detail.empty(); ++i) {
-    if (std::memcmp(&h0[i], &h1[i], sizeof(float)) != 0 || !std::isfinite(h0[i]))
-      r.detail = fmt::format("h[{}]: launches {} fused {}", i, h0[i], h1[i]);
-  }
-  const size_t n = static_cast<size_t>(c.n_embd + kPad);
-  const std::vector<float> y0 = download(y[0], n, s), y1 = download(y[1], n, s);
-  double scale = 0, diff = 0;
-  for (size_t i = 0; i < n && r.detail.empty(); ++i) {
-    if (i >= static_cast<size_t>(c.n_embd)) {
-      if (std::memcmp(&y0[i], &y1[i], sizeof(float)) != 0)
-        r.detail = fmt::format("y padding {} written: {}", i, y1[i]);
-      continue;
-    }
-    if (!std::isfinite(y1[i])) r.detail = fmt::format("y[{}] = {}", i, y1[i]);
-    scale = std::max(scale, std::fabs(double(y0[i]) - y_in[i]));
-    diff = std::max(diff, std::fabs(double(y0[i]) - y1[i]));
-  }
-  r.error = scale > 0 ? diff / scale : diff;
-  r.tolerance = 1e-5;
-  if (r.detail.empty() && !(r.error <= r.tolerance))
-    r.detail = fmt::format("max|launches - fused| {:.3g} of the output's {:.3g}", diff, scale);
-  r.passed = r.detail.empty();
-  out.push_back(r);
-}
-
-// What the fused MLP cannot run is refused when it is built, naming it.
-void add_mlp_refusals(Context& ctx, std::vector<Result>& out) {
-  cudaStream_t s = ctx.stream();
-  std::vector<uint8_t> st;
-  const auto q1 = [&](int64_t n_in, int64_t n_out, const char* name) {
-    return upload_matrix(expand(random_matrix(ctx, Type::Q1_0, n_in, n_out), name, st), s);
-  };
-  const GpuMatrix gate = q1(512, 256, "gate"), up = q1(512, 256, "up"), down = q1(256, 512, "down"),
-                  short_down = q1(256, 384, "short_down");
-  const GpuMatrix q8 =
-      upload_matrix(expand(random_matrix(ctx, Type::Q8_0, 512, 256), "q8_up", st), s);
-  const DeviceBuffer y = poisoned_copy(ctx.random(520), 520, s),
-                     norm = poisoned_copy(ctx.random(512), 512, s);
-  struct Refusal {
-    const char* what;
-    const GpuMatrix *g, *u, *d;
-    int y_offset;
-    bool norm;
-    const char* expect;
-  };
-  const Refusal cases[] = {
-      {"a Q8_0 up", &gate, &q8, &down, 0, true, "q8_up"},
-      {"down 384 rows", &gate, &up, &short_down, 0, true, "do not chain"},
-      {"no norm", &gate, &up, &down, 0, false, "norm"},
-      {"y not 16-byte aligned", &gate, &up, &down, 1, true, "aligned"},
-  };
-  for (const Refusal& c : cases) {
-    Result r;
-    r.op = "q1_0_mlp_refuses";
-    r.shape = c.what;
-    mm::Q1MlpArgs a;
-    a.gate = c.g;
-    a.up = c.u;
-    a.down = c.d;
-    a.norm = c.norm ? norm.as<float>() : nullptr;
-    a.y = y.as<float>() + c.y_offset;
-    try {
-      const mm::Q1Mlp mlp(a, s);
-      r.detail = "accepted";
-    } catch (const Error& e) {
-      if (std::string(e.what()).find(c.expect) == std::string::npos)
-        r.detail = fmt::format("message '{}' does not name '{}'", e.what(), c.expect);
-    }
-    r.passed = r.detail.empty();
-    out.push_back(r);
-  }
-}
-
-void add_mlp_checks(Context& ctx, std::vector<Result>& out) {
-  for (const MlpCase& c :
-       {MlpCase{640, 1024}, MlpCase{1024, 384}, MlpCase{2048, 4224}, MlpCase{5120, 17408}}) {
-    run_mlp_case(ctx, out, c);
-  }
-  add_mlp_refusals(ctx, out);
-}
-
 }  // namespace
 
 std::vector<Family> matmul_families() {
@@ -1403,7 +1264,6 @@ std::vector<Family> matmul_families() {
         "matmul_pq2_0", "matmul_q1_0"}},
       {"matmul_fused", add_matmul_fused_checks, {"matmul_fused"}},
       {"q1_0_chain", add_chain_checks, {"q1_0_chain"}},
-      {"q1_0_mlp", add_mlp_checks, {"q1_0_mlp"}},
   };
 }
 

@@ -1,7 +1,7 @@
-// The Q1_0 products' per-block arithmetic and the pieces around it (weight loads, lane and
-// slice sums), shared by the kernels that must agree bit for bit: the GEMVs and the GEMV chain
-// (matmul_q1_0.cu, whose header comment derives the arithmetic and the weight layout) and the
-// fused MLP (mlp_q1_0.cu).
+// The Q1_0 products' per-block arithmetic and the pieces around it (the cut of a row into
+// slices, weight loads, lane and slice sums), shared by the kernels that must agree bit for bit:
+// the GEMVs and the GEMV chain (matmul_q1_0.cu, whose header comment derives the arithmetic and
+// the weight layout; the split-K MLP of branch exp/s27-split-k-mlp included this header too).
 #pragma once
 
 #include <cuda_fp16.h>
@@ -37,7 +37,7 @@ constexpr int cut_slices(int kQ) {
 
 // How n_in is cut for kQ quads per chunk: slices (warps per row tile) of `chunks` chunks. A
 // function of n_in (and the variant) only — the per-row summation order of every one-token
-// product over n_in (the GEMVs, the chain, the fused MLP's gate and up rows).
+// product over n_in (the GEMVs and the chain).
 struct Q1Cut {
   int slices, chunks;
 };
@@ -161,8 +161,7 @@ __device__ __forceinline__ void load_quads(const uint4* bits, const uint4* scale
 
 // One block of rows g, g+8 (its A fragment a_lo / a_hi, its fp16 scales `half2_bits` for the
 // two rows) against the activations `act` (plus the lane's offset) and their `meta`, added into
-// acc: acc += float(I) * (d_w * d_x) per row. The one home of a block's float operations, so the
-// GEMVs (dot_chunk) and the fused MLP's split-K products (mlp_q1_0.cu) agree bit for bit.
+// acc: acc += float(I) * (d_w * d_x) per row. The one home of a block's float operations.
 template <class Math, bool kShared>
 __device__ __forceinline__ float2 block_fma(const Math& m, uint32_t a_lo, uint32_t a_hi,
                                             uint32_t half2_bits, const uint32_t* act,

@@ -39,6 +39,8 @@
 namespace gdn::cuda {
 namespace {
 
+using bench::median;
+
 constexpr int kLayers = 64;
 constexpr int kWeightSets = 4;
 constexpr int kReplays = 9;
@@ -157,7 +159,7 @@ class Lab {
     }
     cudaEventDestroy(a);
     cudaEventDestroy(b);
-    return bench::median(us);
+    return median(us);
   }
 
   // The chain's timeline: trace[step][cta][event] (ns).
@@ -219,8 +221,7 @@ void print_timeline(const std::vector<uint64_t>& t, size_t n_steps, unsigned gri
       }
     }
     fmt::print("| {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} |\n", kLayer[k].name,
-               bench::median(wait), bench::median(pro), bench::median(dots), bench::median(signal),
-               bench::median(span), bench::median(lead));
+               median(wait), median(pro), median(dots), median(signal), median(span), median(lead));
   }
 }
 
@@ -259,7 +260,7 @@ int run() {
       "\n| variant | µs a step | µs a layer | weight GB/s | % of copy "
       "|\n|---|---:|---:|---:|---:|\n");
   for (size_t v = 0; v < n; ++v) {
-    const double t = bench::median(us[v]);
+    const double t = median(us[v]);
     const std::string name = v == 0 ? "launches (graph, PDL)"
                                     : "chain " + std::to_string(v - 1) + ": " + kChainNames[v - 1];
     fmt::print("| {} | {:.2f} | {:.2f} | {:.0f} | {:.1f}% |\n", name, t, 4 * t,

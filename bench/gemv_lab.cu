@@ -47,6 +47,8 @@
 namespace gdn::cuda {
 namespace {
 
+using bench::median;
+
 constexpr double kRotateBytes = 150e6;
 constexpr int kGraphLaunches = 20;
 constexpr int kReplays = 15;
@@ -82,7 +84,7 @@ struct Timer {
       CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
       us.push_back(1e3 * ms / kGraphLaunches);
     }
-    return bench::median(us);
+    return median(us);
   }
 };
 
@@ -317,7 +319,7 @@ std::array<double, 2> rotated_and_hot_us(Timer& timer,
     const bool hot = round % 2 == 1;
     us[hot].push_back(timer.graph_us([&](int i) { launch(i, hot); }));
   }
-  return {bench::median(us[0]), bench::median(us[1])};
+  return {median(us[0]), median(us[1])};
 }
 
 // matmul_fused's one-token GEMV (the decode default) on rotated copies (weights from DRAM)
@@ -554,15 +556,8 @@ int run() {
     }
     print_hot(copies, dx.as<float>(), dy.as<float>(), ceiling.us, timer);
     for (size_t v = 0; v < nv; ++v) {
-      Row r{shape,
-            variants[v].name,
-            bytes,
-            bench::median(g_us[v]),
-            bench::median(p_us[v]),
-            bench::median(k_us[v]),
-            ceiling.us,
-            err[v],
-            ok[v]};
+      Row r{shape,      variants[v].name, bytes, median(g_us[v]), median(p_us[v]), median(k_us[v]),
+            ceiling.us, err[v],           ok[v]};
       fmt::print(
           "  time  {:<18} graph {:8.2f} us  {:6.0f} GB/s  {:5.1f}% copy  {:5.1f}% read | "
           "plain {:8.2f} us | product only {:8.2f} us (spread {:.2f}-{:.2f})\n",

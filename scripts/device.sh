@@ -2,15 +2,15 @@
 # One call on the GPU machine: runs the binaries built here (scripts/build_portable.sh, carried
 # as build-cuda/) — op checks, backend tests, the GEMV lab, the benchmark — with full logs in
 # $OUT and a short summary last. Steps are chosen by name: scripts/device.sh ops tests lab bench
-# (also: chain [bench/chain_lab, the persistent GEMV chain], ncu [the one-launch GEMV's stall
-# reasons per SASS line], ncuchain [the same for the chain kernel], profile [every kernel's
-# time in decode steps, one at a time under ncu], sass [the one-launch GEMV's SASS], timeline
-# and timelinebase [gdn bench --timeline, all exact rungs / baseline + graphs], timelinetests,
-# opsof [OPS="a b": gdn ops --op per name], opsperf, ladder, benchladder, nulls, benchbase
-# [baseline granularity + graphs], tg [tg128 alone], prevbench, prevbenchbase, prevtimeline and
-# prevtg [bench, benchbase, timeline and tg with a carried gdn_prev], alttg and alttimeline [tg
-# and timeline with a carried gdn_alt, a second variant], benchnographs, compare,
-# comparef32).
+# (also: chain [bench/chain_lab, the persistent GEMV chain], smbw [bench/sm_bw_lab, the DRAM
+# bandwidth of G SMs], ncu [the one-launch GEMV's stall reasons per SASS line], ncuchain [the
+# same for the chain kernel], profile [every kernel's time in decode steps, one at a time under
+# ncu], sass [the one-launch GEMV's SASS], timeline and timelinebase [gdn bench --timeline, all
+# exact rungs / baseline + graphs], timelinetests, opsof [OPS="a b": gdn ops --op per name],
+# opsperf, ladder, benchladder, nulls, benchbase [baseline granularity + graphs], tg [tg128
+# alone], prevbench, prevbenchbase, prevtimeline and prevtg [bench, benchbase, timeline and tg
+# with a carried gdn_prev], alttg and alttimeline [tg and timeline with a carried gdn_alt, a
+# second variant], benchnographs, compare, comparef32).
 # Every log comes back in $OUT/logs.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +26,7 @@ if [ -f .carry/bins.tar.xz ]; then
   ln -sf ../test_cuda_ladder /tmp/gdn-bin/tests/test_cuda_ladder
   ln -sf ../gemv_lab /tmp/gdn-bin/bench/gemv_lab
   ln -sf ../chain_lab /tmp/gdn-bin/bench/chain_lab
+  ln -sf ../sm_bw_lab /tmp/gdn-bin/bench/sm_bw_lab
   bin=/tmp/gdn-bin
 fi
 steps=("$@")
@@ -75,6 +76,7 @@ for s in "${steps[@]}"; do
     lab) run_step lab "$bin/bench/gemv_lab" ;;
     # Line-buffered: a chain that hangs (a timeout) still leaves its lines so far.
     chain) run_step chain stdbuf -oL "$bin/bench/chain_lab" ;;
+    smbw) run_step smbw "$bin/bench/sm_bw_lab" ;;
     # Caches left warm (--cache-control none) and a launch from the lab's timing loop, as in a
     # decode step: ${NCU_SKIP:-40} launches of the kernel skipped first (past the checks and the
     # timelines, into the first timed graph).

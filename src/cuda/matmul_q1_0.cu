@@ -5,9 +5,10 @@
 // issues ~33 T thread-instructions/s in all: one instruction per weight is the whole budget.
 // So the arithmetic must do many weights per instruction.
 //
-// Arithmetic (variant bmma, the default). Activations are quantised per 128-element block to
-// int8 codes q with an f32 scale d_x (quant::quantize_activations_q8_128 is the CPU twin), and
-// the block's dot with signs s_j = 2 b_j - 1 is, exactly in integers,
+// Arithmetic (variant bmma, the default; its device code, with the cut of a row into slices, is in
+// q1_dot.cuh). Activations are quantised per 128-element block to int8 codes q with an f32 scale
+// d_x (quant::quantize_activations_q8_128 is the CPU twin), and the block's dot with signs
+// s_j = 2 b_j - 1 is, exactly in integers,
 //     sum_j s_j q_j = 2 * sum_j b_j q_j - sum_j q_j,
 //     sum_j b_j q_j = sum_p w_p * popc(B & Q_p),   w_p = 2^p (p < 7), w_7 = -128,
 // where B is the block's 128 weight bits and Q_p the bit plane p of the codes (two's complement).

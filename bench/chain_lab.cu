@@ -34,7 +34,6 @@
 #include "cuda/q1_chain.h"
 #include "cuda/read_ceiling.h"
 #include "lab_main.h"
-#include "lab_weights.cuh"
 
 namespace gdn::cuda {
 namespace {
@@ -66,6 +65,41 @@ constexpr Shape kLayer[] = {{"qkv+z", 5120, 16384},
                             {"ffn_down", 17408, 5120}};
 constexpr int kShapes = 4;
 
+__device__ uint32_t hash32(uint64_t i, uint32_t seed) {
+  uint64_t x = i * 0x9E3779B97F4A7C15ull + seed;
+  x ^= x >> 31;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 29;
+  return static_cast<uint32_t>(x >> 16);
+}
+
+// Random sign bits, and fp16 scales in [0.5, 1.5) / sqrt(n_in): any such block is valid Q1_0.
+__global__ void fill_q1_kernel(uint32_t* bits, size_t n_words, __half* scales, size_t n_scales,
+                               float scale, uint32_t seed) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n_words; i += stride)
+    bits[i] = hash32(i, seed);
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n_scales; i += stride)
+    scales[i] = __float2half(scale * (0.5f + float(hash32(i, seed ^ 0x5bd1e995u) >> 8) * 0x1p-24f));
+}
+
+GpuMatrix random_q1(const Shape& sh, uint32_t seed, cudaStream_t s) {
+  GpuMatrix w;
+  w.name = fmt::format("{} {}->{}", sh.name, sh.n_in, sh.n_out);
+  w.type = quant::Type::Q1_0;
+  w.n_in = sh.n_in;
+  w.n_out = sh.n_out;
+  w.n_row_tiles = (sh.n_out + 15) / 16;
+  w.n_col_tiles = (sh.n_in + 511) / 512;
+  w.codes = DeviceBuffer(size_t(w.n_row_tiles * w.n_col_tiles) * 1024);
+  w.scales = DeviceBuffer(size_t(w.n_row_tiles * w.n_col_tiles) * 128);
+  fill_q1_kernel<<<1024, 256, 0, s>>>(w.codes.as<uint32_t>(), w.codes.bytes() / 4,
+                                      w.scales.as<__half>(), w.scales.bytes() / 2,
+                                      1.0f / std::sqrt(float(sh.n_in)), seed);
+  CUDA_CHECK_LAUNCH();
+  return w;
+}
+
 struct Step {
   const GpuMatrix* w;
   int x_src;  // the step whose y is x (-1: x0)
@@ -76,8 +110,7 @@ class Lab {
   explicit Lab(cudaStream_t s) : s_(s) {
     for (int set = 0; set < kWeightSets; ++set)
       for (int k = 0; k < kShapes; ++k)
-        weights_.push_back(bench::random_q1(kLayer[k].name, kLayer[k].n_in, kLayer[k].n_out,
-                                            uint32_t(1000 * set + k + 1), s));
+        weights_.push_back(random_q1(kLayer[k], uint32_t(1000 * set + k + 1), s));
     for (int l = 0; l < kLayers; ++l)
       for (int k = 0; k < kShapes; ++k)
         steps_.push_back({&weights_[size_t((l % kWeightSets) * kShapes + k)],

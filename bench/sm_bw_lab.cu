@@ -108,8 +108,7 @@ int run() {
   DeviceBuffer buf(kBuffer), sink(sizeof(unsigned));
   CUDA_CHECK(cudaMemsetAsync(buf.get(), 1, buf.bytes(), s));
   const size_t smem = kStages * kStage + 2 * kStages * sizeof(uint64_t);
-  CUDA_CHECK(cudaFuncSetAttribute(bulk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(smem)));
+  mm::allow_max_smem(reinterpret_cast<const void*>(&bulk_kernel));
   struct Row {
     int ctas;
     size_t per_cta;

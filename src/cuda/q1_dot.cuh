@@ -159,25 +159,6 @@ __device__ __forceinline__ void load_quads(const uint4* bits, const uint4* scale
   }
 }
 
-// One block of rows g, g+8 (its A fragment a_lo / a_hi, its fp16 scales `half2_bits` for the
-// two rows) against the activations `act` (plus the lane's offset) and their `meta`, added into
-// acc: acc += float(I) * (d_w * d_x) per row. The one home of a block's float operations.
-template <class Math, bool kShared>
-__device__ __forceinline__ float2 block_fma(const Math& m, uint32_t a_lo, uint32_t a_hi,
-                                            uint32_t half2_bits, const uint32_t* act,
-                                            const ActMeta* meta, int lane, float2 acc) {
-  const ActMeta am = load_meta<kShared>(meta);
-  const int neg_sum = (lane & 3) == 0 ? -am.sum : 0;
-  int i_lo, i_hi;
-  m.template block<kShared>(a_lo, a_hi, act, neg_sum, i_lo, i_hi);
-  __half2 h;
-  std::memcpy(&h, &half2_bits, sizeof h);
-  const float2 dw = __half22float2(h);  // rows g, g+8
-  acc.x = fmaf(static_cast<float>(i_lo), dw.x * am.d, acc.x);
-  acc.y = fmaf(static_cast<float>(i_hi), dw.y * am.d, acc.y);
-  return acc;
-}
-
 // One chunk of a row tile against one token: per-lane partial sums of rows g, g+8. act / meta:
 // the chunk's first block (act plus the lane's offset); quads: how many of its kQ quads exist.
 template <class Math, int kQ, bool kShared>
@@ -193,8 +174,16 @@ __device__ __forceinline__ float2 dot_chunk(const Math& m, const uint32_t* act, 
 #pragma unroll
     for (int j = 0; j < kQuadBlocks; ++j) {
       const int blk = i * kQuadBlocks + j;
-      acc = block_fma<Math, kShared>(m, words[2 * j], words[2 * j + 1], halves[j], act + blk * 32,
-                                     meta + blk, lane, acc);
+      const ActMeta am = load_meta<kShared>(meta + blk);
+      const int neg_sum = (lane & 3) == 0 ? -am.sum : 0;
+      int i_lo, i_hi;
+      m.template block<kShared>(words[2 * j], words[2 * j + 1], act + blk * 32, neg_sum, i_lo,
+                                i_hi);
+      __half2 h;
+      std::memcpy(&h, &halves[j], sizeof h);
+      const float2 dw = __half22float2(h);  // rows g, g+8
+      acc.x = fmaf(static_cast<float>(i_lo), dw.x * am.d, acc.x);
+      acc.y = fmaf(static_cast<float>(i_hi), dw.y * am.d, acc.y);
     }
   }
   return acc;

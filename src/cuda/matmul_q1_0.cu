@@ -1433,7 +1433,8 @@ __device__ void chain_produce(const ChainArgs& a, const ChainRing& r) {
 
 // x of step st (n_in floats, zero-padded to the quads) staged at stage_pos, every load of a
 // thread issued before its stores; then every eighth quantised into act / meta.
-__device__ void chain_prologue(const ChainStep& st, float4* stage, uint32_t* act, ActMeta* meta) {
+__device__ void chain_prologue(const ChainStep& st, float4* stage, uint32_t* act, ActMeta* meta,
+                               int lane, int warp) {
   constexpr int kThreads = 32 * kChainWarps, kBatch = 8;
   const int tid = threadIdx.x;
   const int n4 = st.n_quads * 128, valid4 = st.n_in / 4;
@@ -1452,7 +1453,15 @@ __device__ void chain_prologue(const ChainStep& st, float4* stage, uint32_t* act
     }
   }
   bar_sync(kChainBarrier, kThreads);  // x is staged before any eighth reads it
-  quantise_staged(stage, act, meta, 0, st.n_quads * kQuadBlocks, tid, kThreads);
+  const int n_eighths = st.n_quads * kQuadBlocks * 16;
+  for (int u0 = warp * 32; u0 < n_eighths; u0 += kThreads) {
+    const int u[1] = {u0 + lane}, uc[1] = {min(u0 + lane, n_eighths - 1)};
+    uint32_t words[1][2];
+    float d[1];
+    int sum[1];
+    quantize_eighths<true, 1>(stage, uc, lane, words, d, sum);
+    if (u[0] < n_eighths) store_eighth(act, meta, u[0], words[0], d[0], sum[0]);
+  }
   bar_sync(kChainBarrier, kThreads);  // act / meta are complete before any dot reads them
 }
 
@@ -1560,7 +1569,7 @@ __device__ void chain_consume(const ChainArgs& a, const ChainRing& r, unsigned c
     if (a.direct_x && !a.stream_only) {
       chain_quantise_direct(st, act, meta, lane, warp);
     } else if (!a.stream_only) {
-      chain_prologue(st, stage, act, meta);
+      chain_prologue(st, stage, act, meta, lane, warp);
     }
     if (threadIdx.x == 0) {
       *static_cast<volatile int*>(r.hold) = 0;  // x is read: the producer may issue again

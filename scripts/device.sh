@@ -6,7 +6,7 @@
 # bandwidth of G SMs], ncu [the one-launch GEMV's stall reasons per SASS line], ncuchain [the
 # same for the chain kernel], profile [every kernel's time in decode steps, one at a time under
 # ncu], sass [the one-launch GEMV's SASS], timeline and timelinebase [gdn bench --timeline, all
-# exact rungs / baseline + graphs], timelinetests, opsof [OPS="a b": gdn ops --op per name],
+# exact rungs / baseline + graphs], timelinetests, opsof [OPS="a b": gdn ops --op per name; OPS_PERF=1: with --perf],
 # opsperf, ladder, benchladder, nulls, benchbase [baseline granularity + graphs], tg [tg128
 # alone], prevbench, prevbenchbase, prevtimeline and prevtg [bench, benchbase, timeline and tg
 # with a carried gdn_prev], alttg and alttimeline [tg and timeline with a carried gdn_alt, a
@@ -61,7 +61,7 @@ for s in "${steps[@]}"; do
     ops) run_step ops "$bin/src/app/gdn" ops ;;
     # The op checks of some ops only (OPS="attn_prep matmul_fused_q1_0": one gdn ops --op each,
     # each running only the check families it selects).
-    opsof) for o in ${OPS:?set OPS to the op names}; do run_step "ops_$o" "$bin/src/app/gdn" ops --op "$o"; done ;;
+    opsof) for o in ${OPS:?set OPS to the op names}; do run_step "ops_$o" "$bin/src/app/gdn" ops --op "$o" ${OPS_PERF:+--perf}; done ;;
     profile) run_step profile ncu --clock-control none --cache-control none \
       --metrics gpu__time_duration.sum --csv --print-units base --kernel-name-base demangled \
       --launch-skip "${PROFILE_SKIP:-2000}" --launch-count "${PROFILE_COUNT:-1100}" \

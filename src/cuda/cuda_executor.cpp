@@ -496,6 +496,10 @@ int CudaExecutor::recurrence(const model::Step& s, ProgramMem& pm, Slot& slot, c
 // µs after its wait (qkv step 22.65 µs, a9c7ae0), still 8.8 µs with x copied in one round trip
 // (tg128 297.7 against 339.7, 7566152; H200, 2026-12-03). Our reading, not verified: its 40 KB
 // of weights and x queue behind the ~97 KB the GEMV streams through the same SM.
+// Nor with the recurrence after it in the same launch (branch exp/s28-gdn-heads, rung
+// gdn-heads, bit-identical: CTA pairs own a value head's rows, conv and state, clusters share
+// a key head's q/k): tg128 308-322 against 337-339 (H200, 2026-12-04). Every phase of that
+// kernel was bound by the instructions an SM issues, and owning heads put the layer on 96 SMs.
 int CudaExecutor::fused_matmul(const model::Step& s, ProgramMem& pm, Slot& slot) {
   const int n = s.n_mats();
   const DevRows x = view(pm, s.in[0]);

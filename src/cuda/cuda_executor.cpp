@@ -500,6 +500,11 @@ int CudaExecutor::recurrence(const model::Step& s, ProgramMem& pm, Slot& slot, c
 // gdn-heads, bit-identical: CTA pairs own a value head's rows, conv and state, clusters share
 // a key head's q/k): tg128 308-322 against 337-339 (H200, 2026-12-04). Every phase of that
 // kernel was bound by the instructions an SM issues, and owning heads put the layer on 96 SMs.
+// Nor as riders of the Q1_0 launch (branch exp/s29-riders, bit-identical): chunked_kernel's 64
+// (group, range) tasks bulk-copied into shared memory before the wait and run by the warps of
+// the 32 teams with no slot in the last round, the group's last range adding the sums in range
+// order: qkv step 12.82 against 12.89 us, tg128 329.9 against 330.7 (H200, 2026-12-04); the 8
+// SMs holding the riders' 160 KB each finish last instead.
 int CudaExecutor::fused_matmul(const model::Step& s, ProgramMem& pm, Slot& slot) {
   const int n = s.n_mats();
   const DevRows x = view(pm, s.in[0]);

@@ -503,8 +503,8 @@ int CudaExecutor::recurrence(const model::Step& s, ProgramMem& pm, Slot& slot, c
 // Nor as riders of the Q1_0 launch (branch exp/s29-riders, bit-identical): chunked_kernel's 64
 // (group, range) tasks bulk-copied into shared memory before the wait and run by the warps of
 // the 32 teams with no slot in the last round, the group's last range adding the sums in range
-// order: qkv step 12.82 against 12.89 us, tg128 329.9 against 330.7 (H200, 2026-12-04); the 8
-// SMs holding the riders' 160 KB each finish last instead.
+// order: qkv step 12.82 against 12.89 us, tg128 329.9 against 330.7 (H200, 2026-12-04). Our
+// reading, not traced: the 8 SMs holding the riders' 160 KB each finish last instead.
 int CudaExecutor::fused_matmul(const model::Step& s, ProgramMem& pm, Slot& slot) {
   const int n = s.n_mats();
   const DevRows x = view(pm, s.in[0]);

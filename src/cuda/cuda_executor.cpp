@@ -509,7 +509,8 @@ int CudaExecutor::recurrence(const model::Step& s, ProgramMem& pm, Slot& slot, c
 // of a head's cluster normalises x itself (the norm's order), computes its share of the 32
 // (row, range) tasks and sends the sums to its cluster by DSMEM. Without the side launch the
 // qkv step took 9.79 us (12.90 with it), but the recurrence 13.64 instead of 5.98 (16.37 with
-// x staged by cp.async); tg128 314-315 against 335-336 (H200, 2026-12-04). Nor with the side
+// x staged by cp.async); tg128 314-315 (306 staged) against 335-337 (H200, 2026-12-04); under
+// ncu the recurrence alone went 8.80 -> 16.29 us with 87% more instructions. Nor with the side
 // launch's row groups shared by clusters of 2 or 4 CTAs (branch exp/s30-side-parts,
 // bit-identical): qkv step 17.6-17.9 us, tg128 313-316 against 335-337.
 int CudaExecutor::fused_matmul(const model::Step& s, ProgramMem& pm, Slot& slot) {

@@ -9,7 +9,8 @@
 # exact rungs / baseline + graphs], timelinetests, opsof [OPS="a b": gdn ops --op per name;
 # OPS_PERF=1: with --perf], opsperf, ladder, benchladder, nulls, benchbase [baseline
 # granularity + graphs], tg [tg128 alone], prevbench, prevbenchbase, prevtimeline and prevtg
-# [bench, benchbase, timeline and tg with a carried gdn_prev], alttg and alttimeline [tg and
+# [bench, benchbase, timeline and tg with a carried gdn_prev], prevlab [the lab carried as
+# gemv_lab_prev], alttg and alttimeline [tg and
 # timeline with a carried gdn_alt, a second variant], benchnographs, compare, comparef32).
 # Every log comes back in $OUT/logs.tgz.
 set -uo pipefail
@@ -74,6 +75,7 @@ for s in "${steps[@]}"; do
     nulls) run_step nulls "$bin/src/app/gdn" bench -p 0 -n 64 -r 2 --rounds 2 \
       --null-dispatches 0,250,500,1000 ;;
     lab) run_step lab "$bin/bench/gemv_lab" ;;
+    prevlab) run_step prevlab "$bin/gemv_lab_prev" ;;
     # Line-buffered: a chain that hangs (a timeout) still leaves its lines so far.
     chain) run_step chain stdbuf -oL "$bin/bench/chain_lab" ;;
     smbw) run_step smbw "$bin/bench/sm_bw_lab" ;;

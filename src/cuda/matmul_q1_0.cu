@@ -1090,12 +1090,17 @@ Q1Options q1_default_options(int64_t n_in, int64_t n_out) {
   // round: 5120->17408 7.79 / 8.29, 17408->5120 10.11 / 8.87 (one team of 17 warps per CTA, 2.4
   // slot rounds). Not switched yet: the rule wants a decode run on the GPU to confirm. (Since
   // cut_slices, 2026-12-01, 17408-long rows are 6 slices of 6 chunks: see there.)
+  // Since the product kernel lets the next kernel start early (2026-12-04, 93bb199) the
+  // two-launch path wins every measured two-quad shape (one-launch / two-launch prefetch):
+  // 5120->6144 4.46 / 3.93, 6144->5120 4.75 / 3.95, 17408->5120 8.92 / 7.26; so matmul() runs
+  // it there, and the one-launch GEMV is what matmul_fused runs (n_out 0). Four-quad shapes
+  // (n_in > 18432) were not measured again and keep the one-launch rule.
   const bool wide = n_out >= 10000;
   const bool q2 = ceil_div(n_in, 512) <= 36;
   Q1Options o;
   o.variant = q2 ? (wide ? Q1Variant::kBmma2Flat : Q1Variant::kBmma2)
                  : (wide ? Q1Variant::kBmma4Flat : Q1Variant::kBmma4);
-  o.one_launch = !wide;
+  o.one_launch = n_out == 0 || (!q2 && !wide);
   return o;
 }
 

@@ -10,8 +10,8 @@
 # OPS_PERF=1: with --perf], opsperf, ladder, benchladder, nulls, benchbase [baseline
 # granularity + graphs], tg [tg128 alone], prevbench, prevbenchbase, prevtimeline and prevtg
 # [bench, benchbase, timeline and tg with a carried gdn_prev], prevlab [the lab carried as
-# gemv_lab_prev], alttg and alttimeline [tg and
-# timeline with a carried gdn_alt, a second variant], benchnographs, compare, comparef32).
+# gemv_lab_prev], alttg and alttimeline [tg and timeline with a carried gdn_alt, a second
+# variant], benchnographs, compare, comparef32).
 # Every log comes back in $OUT/logs.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/.."

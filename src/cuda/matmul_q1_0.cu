@@ -249,7 +249,7 @@ __global__ void __launch_bounds__(32 * max_slices(kQ)) q1_kernel(Q1Args a) {
   // The next kernel may start now: its CTAs take the room this grid leaves and issue their own
   // weight loads. Measured (H200, 2026-12-04, bench/gemv_lab): the product alone back to back
   // 5120->10240 flat 4.46 -> 3.47 µs (the read ceiling: 3.43), 6144->5120 3.83 -> 2.85, and
-  // with the quantise kernel between 5120->6144 4.28 -> 3.90, 6144->5120 4.35 -> 3.86.
+  // with the quantise kernel between 5120->6144 4.26 -> 3.88, 6144->5120 4.33 -> 3.85.
   pdl_launch_dependents();
   pdl_wait();  // the activations come from the quantise kernel; the weights did not
   if constexpr (kPrefetch) {
@@ -1092,7 +1092,7 @@ Q1Options q1_default_options(int64_t n_in, int64_t n_out) {
   // cut_slices, 2026-12-01, 17408-long rows are 6 slices of 6 chunks: see there.)
   // Since the product kernel lets the next kernel start early (2026-12-04, 93bb199) the
   // two-launch path wins every measured two-quad shape (one-launch / two-launch prefetch):
-  // 5120->6144 4.46 / 3.93, 6144->5120 4.75 / 3.95, 17408->5120 8.92 / 7.26; so matmul() runs
+  // 5120->6144 4.43 / 3.88, 6144->5120 4.72 / 3.85, 17408->5120 8.95 / 7.14; so matmul() runs
   // it there, and the one-launch GEMV is what matmul_fused runs (n_out 0). Four-quad shapes
   // (n_in > 18432) were not measured again and keep the one-launch rule.
   const bool wide = n_out >= 10000;

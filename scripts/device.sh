@@ -3,7 +3,7 @@
 # as build-cuda/) — op checks, backend tests, the GEMV lab, the benchmark — with full logs in
 # $OUT and a short summary last. Steps are chosen by name: scripts/device.sh ops tests lab bench
 # (also: chain [bench/chain_lab, the persistent GEMV chain], smbw [bench/sm_bw_lab, the DRAM
-# bandwidth of G SMs], ncu [the one-launch GEMV's stall reasons per SASS line], ncuchain [the
+# bandwidth of G SMs], icache [bench/icache_lab, what cold code costs], ncu [the one-launch GEMV's stall reasons per SASS line], ncuchain [the
 # same for the chain kernel], profile [every kernel's time in decode steps, one at a time under
 # ncu], sass [the one-launch GEMV's SASS], timeline and timelinebase [gdn bench --timeline, all
 # exact rungs / baseline + graphs], timelinetests, opsof [OPS="a b": gdn ops --op per name;
@@ -28,6 +28,7 @@ if [ -f .carry/bins.tar.xz ]; then
   ln -sf ../gemv_lab /tmp/gdn-bin/bench/gemv_lab
   ln -sf ../chain_lab /tmp/gdn-bin/bench/chain_lab
   ln -sf ../sm_bw_lab /tmp/gdn-bin/bench/sm_bw_lab
+  ln -sf ../icache_lab /tmp/gdn-bin/bench/icache_lab
   bin=/tmp/gdn-bin
 fi
 steps=("$@")
@@ -79,6 +80,7 @@ for s in "${steps[@]}"; do
     # Line-buffered: a chain that hangs (a timeout) still leaves its lines so far.
     chain) run_step chain stdbuf -oL "$bin/bench/chain_lab" ;;
     smbw) run_step smbw "$bin/bench/sm_bw_lab" ;;
+    icache) run_step icache "$bin/bench/icache_lab" ;;
     # Caches left warm (--cache-control none) and a launch from the lab's timing loop, as in a
     # decode step: ${NCU_SKIP:-40} launches of the kernel skipped first (past the checks and the
     # timelines, into the first timed graph).

@@ -18,9 +18,9 @@
 // and the log2(threads) levels of the tree round in f32: relative error of the sum at most
 // about (chunk/threads + log2(threads) + 1)·2^-24 ≈ 1e-6 for a 5120 row on 640 threads
 // (typically far less: the errors of a sum of positive terms do not cancel but are not all
-// worst-case either). The scale rsqrt(·) halves that; it is computed once per chunk in double,
-// as the CPU does, so it adds no error of its own. Outputs: ~1e-6 relative, and the op check
-// allows 4e-6.
+// worst-case either). The scale rsqrt(·) halves that and adds about an ulp of its own
+// (norm::rsqrt_refined, f32; the CPU computes it in double). Outputs: ~1e-6 relative, and the
+// op check allows 4e-6.
 #include <algorithm>
 
 #include "cuda/norm.cuh"

@@ -8,8 +8,8 @@
 // thread j sums x[i]² for i = base + e·T + j over the tiles base = 0, 8T, 16T, ... and
 // e = 0..7 (i < n), with fmaf from 0; each virtual warp (32 consecutive j) adds its lanes by
 // the xor butterfly (warp_sum); the warp sums are added in warp order starting from 0. The
-// scale is 1/sqrt(total/n + eps) (rms) or 1/sqrt(total + eps) (l2) in double, rounded to f32
-// once; the output is (x·scale)·w (rms) or x·scale (l2).
+// scale is 1/sqrt(total/n + eps) (rms) or 1/sqrt(total + eps) (l2) in f32 (rsqrt_refined);
+// the output is (x·scale)·w (rms) or x·scale (l2).
 //
 // Precision vs the CPU (which sums in double): see norm.cu.
 #pragma once
@@ -88,11 +88,22 @@ __device__ __forceinline__ float head_sum_squares(const float* x, int n) {
   return head_sum_squares_of_tile(v);
 }
 
+// 1/sqrt(v) for v > 0 in f32: the hardware estimate and one Newton step (y + y/2 * (1 - v y²),
+// the residual by FMA), within about an ulp of the exact value. It replaced 1/sqrt in double
+// (two DDIVs and a DSQRT on the one thread that finishes a norm, while its CTA waits at a
+// barrier). Measured (H200, 2026-12-04, bench/RESULTS.md): the fused GEMVs' rms prologue
+// (pdl_wait to the scales) 1.54 -> 1.28 µs for gate+up, the recurrence (q/k L2 norms)
+// 5.85 -> 5.39 µs a step, timeline 2851.4 -> 2810.2 µs/token, tg128 338.4 -> 341.7.
+__device__ __forceinline__ float rsqrt_refined(float v) {
+  const float y = rsqrtf(v);
+  const float e = __fmaf_rn(-__fmul_rn(v, y), y, 1.0f);
+  return __fmaf_rn(__fmul_rn(0.5f, y), e, y);
+}
 __device__ __forceinline__ float rms_scale(float total, int n, float eps) {
-  return static_cast<float>(1.0 / sqrt(double(total) / double(n) + double(eps)));
+  return rsqrt_refined(__fadd_rn(__fdiv_rn(total, static_cast<float>(n)), eps));
 }
 __device__ __forceinline__ float l2_scale(float total, float eps) {
-  return static_cast<float>(1.0 / sqrt(double(total) + double(eps)));
+  return rsqrt_refined(__fadd_rn(total, eps));
 }
 
 }  // namespace gdn::cuda::norm

@@ -16,6 +16,14 @@
 //   after flush      A after a kernel that streams 256 MB (L2 holds none of A's code)
 //   again            A right after A (does the code survive a launch boundary?)
 //   after B          A after A then B (B's code of the same size in between)
+//
+// Measured (H200, 2026-12-04, bench/RESULTS.md): a kernel's code stays in the SM's caches from
+// one launch to the next (again: +180 cycles for 32 KB, none for 128 KB with 4 warps); after a
+// 32 KB kernel B, A's 32 KB cost 4 warps +2573 cycles (~1.3 µs, ~6.5 bytes of code a cycle)
+// but 16 warps nothing (they issue in step, one fetch serving four); 128 KB after B cost
+// +36113 cycles (4 warps) and +19037 (16 warps). The decode's fused GEMVs, run warm and back
+// to back in bench/gemv_lab, are no faster than in the decode, so eviction between launches
+// is not what their no_instruction stalls wait on.
 #include <fmt/format.h>
 
 #include <algorithm>

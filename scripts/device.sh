@@ -4,8 +4,8 @@
 # $OUT and a short summary last. Steps are chosen by name: scripts/device.sh ops tests lab bench
 # (also: chain [bench/chain_lab, the persistent GEMV chain], smbw [bench/sm_bw_lab, the DRAM
 # bandwidth of G SMs], icache [bench/icache_lab, what cold code costs], ncu [the one-launch
-# GEMV's stall reasons per SASS line], ncuchain [the same for the chain kernel], profile [every kernel's time in decode steps, one at a time under
-# ncu], sass [the one-launch GEMV's SASS], timeline and timelinebase [gdn bench --timeline, all
+# GEMV's stall reasons per SASS line], ncuchain [the same for the chain kernel], profile
+# [every kernel's time in decode steps, one at a time under ncu], sass [the one-launch GEMV's SASS], timeline and timelinebase [gdn bench --timeline, all
 # exact rungs / baseline + graphs], timelinetests, opsof [OPS="a b": gdn ops --op per name;
 # OPS_PERF=1: with --perf], opsperf, ladder, benchladder, nulls, benchbase [baseline
 # granularity + graphs], tg [tg128 alone], prevbench, prevbenchbase, prevtimeline and prevtg

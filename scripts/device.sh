@@ -5,13 +5,14 @@
 # (also: chain [bench/chain_lab, the persistent GEMV chain], smbw [bench/sm_bw_lab, the DRAM
 # bandwidth of G SMs], icache [bench/icache_lab, what cold code costs], ncu [the one-launch
 # GEMV's stall reasons per SASS line], ncuchain [the same for the chain kernel], profile
-# [every kernel's time in decode steps, one at a time under ncu], sass [the one-launch GEMV's SASS], timeline and timelinebase [gdn bench --timeline, all
-# exact rungs / baseline + graphs], timelinetests, opsof [OPS="a b": gdn ops --op per name;
-# OPS_PERF=1: with --perf], opsperf, ladder, benchladder, nulls, benchbase [baseline
-# granularity + graphs], tg [tg128 alone], prevbench, prevbenchbase, prevtimeline and prevtg
-# [bench, benchbase, timeline and tg with a carried gdn_prev], prevlab [the lab carried as
-# gemv_lab_prev], alttg and alttimeline [tg and timeline with a carried gdn_alt, a second
-# variant], benchnographs, compare, comparef32).
+# [every kernel's time in decode steps, one at a time under ncu], sass [the one-launch GEMV's
+# SASS], timeline and timelinebase [gdn bench --timeline, all exact rungs / baseline +
+# graphs], timelinetests, opsof [OPS="a b": gdn ops --op per name; OPS_PERF=1: with --perf],
+# opsperf, ladder, benchladder, nulls, benchbase [baseline granularity + graphs], tg [tg128
+# alone], prevbench, prevbenchbase, prevtimeline and prevtg [bench, benchbase, timeline and tg
+# with a carried gdn_prev], prevlab [the lab carried as gemv_lab_prev], alttg and alttimeline
+# [tg and timeline with a carried gdn_alt, a second variant], benchnographs, compare,
+# comparef32).
 # Every log comes back in $OUT/logs.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/.."

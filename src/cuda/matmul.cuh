@@ -427,9 +427,17 @@ __device__ __forceinline__ void prologue_prefetch_inputs(const PrologueArgs& p) 
   if (p.gate != nullptr && p.chunk != 0) prefetch_l1_lines(p.gate, p.n_in);
 }
 
+// prologue_scales' mark where nothing traces it.
+struct NoMark {
+  __device__ void operator()(int) const {}
+};
 // The norm scales of every chunk into scales[] (sums[] is scratch). Every thread of the CTA
-// calls it (it has barriers when the prologue is a norm; the condition is uniform).
-__device__ __forceinline__ void prologue_scales(const PrologueArgs& p, float* sums, float* scales) {
+// calls it (it has barriers when the prologue is a norm; the condition is uniform), and
+// mark(k) at three points: its own warps' sums done, past the first barrier, its scales done
+// (the lab's timeline events, matmul_q1_0.cu's traced GEMV).
+template <class Mark = NoMark>
+__device__ __forceinline__ void prologue_scales(const PrologueArgs& p, float* sums, float* scales,
+                                                const Mark& mark = Mark{}) {
   if (p.chunk == 0) return;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
   const int per_chunk = norm::norm_warps(p.chunk), n_chunks = p.n_in / p.chunk;
@@ -464,11 +472,14 @@ __device__ __forceinline__ void prologue_scales(const PrologueArgs& p, float* su
       if (lane == 0) sums[v] = s;
     }
   }
+  mark(0);
   __syncthreads();  // every virtual warp's sum is in shared memory before a chunk adds them
+  mark(1);
   for (int c = threadIdx.x; c < n_chunks; c += blockDim.x) {
     scales[c] =
         norm::rms_scale(norm::combine_warp_sums(sums + c * per_chunk, per_chunk), p.chunk, p.eps);
   }
+  mark(2);
   __syncthreads();  // the scales are written before the staging pass reads them
 }
 

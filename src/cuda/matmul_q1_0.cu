@@ -420,14 +420,18 @@ struct Q1GemvArgs {
   PrologueArgs pro;
 };
 
-// The lab's timeline events (thread 0, so team 0): entry, pdl_wait returned, the norm's scales
-// in shared memory (prologue_scales' barrier; at once without a norm), its share of p(x)
+// The lab's timeline events (thread 0, so team 0): entry, pdl_wait returned, its warp's norm
+// sums done, the sums' barrier passed, its scales done (the prologue_scales marks; none without a
+// norm), the norm's scales in shared memory (prologue_scales' barrier), its share of p(x)
 // staged, every share staged (barrier), its warp's eighths quantised, prologue done (barrier), then
 // for slot k < kTraceSlotCount: its sums in shared memory, the team's barrier passed, its rows
 // stored; exit (the last).
 enum GemvTraceEvent {
   kTraceEntry,
   kTraceWaited,
+  kTraceSummed,
+  kTraceSumsBarrier,
+  kTraceScaleDone,
   kTraceScaled,
   kTraceStaged,
   kTraceAllStaged,
@@ -593,7 +597,7 @@ struct GemvCta {
   // thread of the CTA calls it (barriers).
   __device__ void prologue() {
     copy_codes_in();
-    prologue_scales(a.pro, sums, scales);
+    prologue_scales(a.pro, sums, scales, [&](int k) { stamp(kTraceSummed + k); });
     stamp(kTraceScaled);
     prologue_stage(
         a.pro, a.n_stage, scales, [&](int f, float4 v) { stage[stage_pos(f)] = v; },
@@ -1229,8 +1233,9 @@ unsigned q1_0_gemv_traced(const FusedGemv& f, const Q1Options& o, uint64_t* trac
 }
 
 std::string q1_0_trace_event(int e) {
-  static const char* const kNames[] = {"entry",      "waited",    "scaled",  "staged",
-                                       "all staged", "quantised", "prologue"};
+  static const char* const kNames[] = {"entry",      "waited",  "summed", "sums barrier",
+                                       "scale done", "scaled",  "staged", "all staged",
+                                       "quantised",  "prologue"};
   static const char* const kSlotNames[] = {"sums", "barrier", "stored"};
   if (e < kTraceSlots) return kNames[e];
   if (e == kGemvTraceEvents - 1) return "exit";

@@ -13,7 +13,8 @@
 // second runs warm. Kernels A and B have the same body at different addresses.
 //
 // Scenarios per body size (cycles per pass, median over CTAs):
-//   after flush      A after a kernel that streams 256 MB (L2 holds none of A's code)
+//   after flush      A after a kernel that streams 256 MB through L2 (A's code is out of L2;
+//                    the SM's instruction caches may still hold it from the repeat before)
 //   again            A right after A (does the code survive a launch boundary?)
 //   after B          A after A then B (B's code of the same size in between)
 //
@@ -26,7 +27,6 @@
 // is not what their no_instruction stalls wait on.
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -142,7 +142,7 @@ void run_size(int warps, const DeviceBuffer& flush, DeviceBuffer& clocks, Device
     code_kernel<kBlocks, 1><<<grid, block>>>(1.0f, 0.5f, sink.as<float>(), clocks.as<long long>());
     CUDA_CHECK_LAUNCH();
   };
-  const int kRepeats = 5;
+  constexpr int kRepeats = 5;
   std::vector<double> after_flush[2], again[2], after_b[2];
   for (int r = 0; r < kRepeats; ++r) {
     flush_l2();
@@ -175,7 +175,8 @@ void run_size(int warps, const DeviceBuffer& flush, DeviceBuffer& clocks, Device
 
 int run() {
   fmt::print("device: {}; straight-line FFMA bodies run twice per launch\n", describe_device());
-  DeviceBuffer flush(kFlushBytes), clocks(2 * sizeof(long long) * 1024), sink(4096);
+  const size_t ctas = static_cast<size_t>(sm_count());  // one CTA per SM in every launch
+  DeviceBuffer flush(kFlushBytes), clocks(2 * sizeof(long long) * ctas), sink(sizeof(float) * ctas);
   CUDA_CHECK(cudaMemset(flush.get(), 1, flush.bytes()));
   for (int warps : {4, 16}) {
     run_size<1>(warps, flush, clocks, sink);

@@ -1237,6 +1237,7 @@ std::string q1_0_trace_event(int e) {
                                        "scale done", "scaled",  "staged", "all staged",
                                        "quantised",  "prologue"};
   static const char* const kSlotNames[] = {"sums", "barrier", "stored"};
+  static_assert(std::size(kNames) == kTraceSlots, "a name for every GemvTraceEvent");
   if (e < kTraceSlots) return kNames[e];
   if (e == kGemvTraceEvents - 1) return "exit";
   const int k = (e - kTraceSlots) / kTraceSlotEvents;

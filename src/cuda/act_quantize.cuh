@@ -183,18 +183,23 @@ __device__ __forceinline__ void quantize_eighths_from(const Load& load, int lane
   }
 }
 
+// The 8 floats of an eighth held as two float4s.
+__device__ __forceinline__ void eighth_floats(float4 f0, float4 f1, float (&e8)[8]) {
+  const float f[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
+#pragma unroll
+  for (int e = 0; e < 8; ++e) e8[e] = f[e];
+}
+// The 8 floats of eighth u of a vector staged at stage_pos.
+__device__ __forceinline__ void load_staged_eighth(const float4* stage, int u, float (&e8)[8]) {
+  eighth_floats(stage[stage_pos(2 * u)], stage[stage_pos(2 * u + 1)], e8);
+}
+
 template <bool kPlanes, int N>
 __device__ __forceinline__ void quantize_eighths(const float4* stage, const int (&u)[N], int lane,
                                                  uint32_t (&out)[N][2], float (&d)[N],
                                                  int (&sum)[N]) {
   quantize_eighths_from<kPlanes, N>(
-      [&](int n, float(&e8)[8]) {
-        const float4 f0 = stage[stage_pos(2 * u[n])], f1 = stage[stage_pos(2 * u[n] + 1)];
-        const float f[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
-#pragma unroll
-        for (int e = 0; e < 8; ++e) e8[e] = f[e];
-      },
-      lane, out, d, sum);
+      [&](int n, float(&e8)[8]) { load_staged_eighth(stage, u[n], e8); }, lane, out, d, sum);
 }
 
 // Stores eighth u's words and, from the block's first lane, its meta (act, meta: the vector's
@@ -207,12 +212,12 @@ __device__ __forceinline__ void store_eighth(uint32_t* act, ActMeta* meta, int u
   if ((u & 15) == 0) meta[u >> 4] = ActMeta{d, sum};
 }
 
-// Eighths u0 + lane + n * stride (n < N) of the staged vector quantised into act / meta (all 32
-// lanes call it; eighths past n_eighths are computed on clamped copies and not stored).
-template <int N>
-__device__ __forceinline__ void quantise_eighths_at(const float4* stage, uint32_t* act,
-                                                    ActMeta* meta, int u0, int stride,
-                                                    int n_eighths, int lane) {
+// Eighths u0 + lane + n * stride (n < N) of a vector quantised into act / meta, their floats
+// from load(u, e8) (all 32 lanes call it; eighths past n_eighths are computed on clamped copies
+// and not stored).
+template <int N, class Load>
+__device__ __forceinline__ void quantise_eighths_at(const Load& load, uint32_t* act, ActMeta* meta,
+                                                    int u0, int stride, int n_eighths, int lane) {
   int u[N], uc[N];
 #pragma unroll
   for (int n = 0; n < N; ++n) {
@@ -222,31 +227,42 @@ __device__ __forceinline__ void quantise_eighths_at(const float4* stage, uint32_
   uint32_t words[N][2];
   float d[N];
   int sum[N];
-  quantize_eighths<true, N>(stage, uc, lane, words, d, sum);
+  quantize_eighths_from<true, N>([&](int n, float(&e8)[8]) { load(uc[n], e8); }, lane, words, d,
+                                 sum);
 #pragma unroll
   for (int n = 0; n < N; ++n) {
     if (u[n] < n_eighths) store_eighth(act, meta, u[n], words[n], d[n], sum[n]);
   }
 }
 
-// Blocks [first_block, n_blocks) of a vector staged at stage_pos quantised into act / meta by
-// `threads` threads (whole warps; this one is thread tid): two eighths per thread (threads apart:
-// the same lane alignment), interleaved; one where the warp's second eighths would all lie past
-// the end (every 5120-long GEMV at 4 teams), so that no warp spends half its quantising on
-// clamped copies. Measured (H200, 2026-12-01): q+k+v 8.43 -> 7.99 µs, tg128 +0.5%, not the ~3%
-// predicted: the phase is bound by its dependent chain (shuffles, a division, a transpose), and
-// a second chain mostly hides in it. The caller synchronises before and after.
-__device__ __forceinline__ void quantise_staged(const float4* stage, uint32_t* act, ActMeta* meta,
+// Blocks [first_block, n_blocks) of a vector quantised into act / meta by `threads` threads
+// (whole warps; this one is thread tid), eighth u's floats from load(u, e8): two eighths per
+// thread (threads apart: the same lane alignment), interleaved; one where the warp's second
+// eighths would all lie past the end (every 5120-long GEMV at 4 teams), so that no warp spends
+// half its quantising on clamped copies. Measured (H200, 2026-12-01): q+k+v 8.43 -> 7.99 µs,
+// tg128 +0.5%, not the ~3% predicted: the phase is bound by its dependent chain (shuffles, a
+// division, a transpose), and a second chain mostly hides in it. The caller synchronises
+// before (where load reads what other threads wrote) and after.
+template <class Load>
+__device__ __forceinline__ void quantise_blocks(const Load& load, uint32_t* act, ActMeta* meta,
                                                 int first_block, int n_blocks, int tid,
                                                 int threads) {
   const int lane = tid & 31, n_eighths = n_blocks * 16;
   for (int u0 = first_block * 16 + (tid & ~31); u0 < n_eighths; u0 += 2 * threads) {
     if (u0 + threads < n_eighths) {
-      quantise_eighths_at<2>(stage, act, meta, u0, threads, n_eighths, lane);
+      quantise_eighths_at<2>(load, act, meta, u0, threads, n_eighths, lane);
     } else {
-      quantise_eighths_at<1>(stage, act, meta, u0, threads, n_eighths, lane);
+      quantise_eighths_at<1>(load, act, meta, u0, threads, n_eighths, lane);
     }
   }
+}
+
+// quantise_blocks on a vector staged at stage_pos.
+__device__ __forceinline__ void quantise_staged(const float4* stage, uint32_t* act, ActMeta* meta,
+                                                int first_block, int n_blocks, int tid,
+                                                int threads) {
+  quantise_blocks([stage](int u, float(&e8)[8]) { load_staged_eighth(stage, u, e8); }, act, meta,
+                  first_block, n_blocks, tid, threads);
 }
 
 // Quantises n_blocks (1 or 2) blocks staged at stage_pos from stage[0] with one warp (all 32

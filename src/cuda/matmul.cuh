@@ -427,26 +427,26 @@ __device__ __forceinline__ void prologue_prefetch_inputs(const PrologueArgs& p) 
   if (p.gate != nullptr && p.chunk != 0) prefetch_l1_lines(p.gate, p.n_in);
 }
 
-// prologue_scales' mark where nothing traces it.
+// prologue_sums' mark where nothing traces it.
 struct NoMark {
   __device__ void operator()(int) const {}
 };
-// The norm scales of every chunk into scales[] (sums[] is scratch). Every thread of the CTA
-// calls it (it has barriers when the prologue is a norm; the condition is uniform), and
-// mark(k) at three points: its own warps' sums done, past the first barrier, its scales done
-// (the lab's timeline events, matmul_q1_0.cu's traced GEMV).
-template <class Mark = NoMark>
-__device__ __forceinline__ void prologue_scales(const PrologueArgs& p, float* sums, float* scales,
-                                                const Mark& mark = Mark{}) {
+// The norm's sums of squares of every virtual warp into sums[] (norm.cuh's canonical order),
+// then a barrier: every sum is in shared memory when it returns. Every thread of the CTA calls
+// it (nothing happens without a norm; the condition is uniform), and mark(k) at two points:
+// its own warps' sums done, past the barrier (the lab's timeline events, matmul_q1_0.cu's
+// traced GEMV). A warp loads up to kBatch virtual warps' tiles before adding any (one round
+// trip to L2 per batch, not per virtual warp: ssm_out's 48 head norms on 18 warps were three
+// dependent rounds); a caller that has a warp for every virtual warp asks for 1 (8 registers a
+// thread instead of 32).
+template <int kBatch = 4, class Mark = NoMark>
+__device__ __forceinline__ void prologue_sums(const PrologueArgs& p, float* sums,
+                                              const Mark& mark = Mark{}) {
   if (p.chunk == 0) return;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
   const int per_chunk = norm::norm_warps(p.chunk), n_chunks = p.n_in / p.chunk;
   const int total = n_chunks * per_chunk;
   if (norm::one_tile(p.chunk)) {
-    // A warp's virtual warps in batches, every load of a batch issued before its arithmetic:
-    // one round trip to L2 per batch, not per virtual warp (ssm_out's 48 head norms on 18
-    // warps were three dependent rounds).
-    constexpr int kBatch = 4;
     for (int v0 = warp; v0 < total; v0 += kBatch * n_warps) {  // warp-uniform: converged
       float t[kBatch][norm::kPerThread];
 #pragma unroll
@@ -475,17 +475,36 @@ __device__ __forceinline__ void prologue_scales(const PrologueArgs& p, float* su
   mark(0);
   __syncthreads();  // every virtual warp's sum is in shared memory before a chunk adds them
   mark(1);
-  for (int c = threadIdx.x; c < n_chunks; c += blockDim.x) {
-    scales[c] =
-        norm::rms_scale(norm::combine_warp_sums(sums + c * per_chunk, per_chunk), p.chunk, p.eps);
+}
+
+// The norm scale of chunk c from prologue_sums' sums: what the rms_norm kernel computes.
+__device__ __forceinline__ float prologue_chunk_scale(const PrologueArgs& p, const float* sums,
+                                                      int c) {
+  const int per_chunk = norm::norm_warps(p.chunk);
+  return norm::rms_scale(norm::combine_warp_sums(sums + c * per_chunk, per_chunk), p.chunk, p.eps);
+}
+
+// The norm scales of every chunk into scales[] from prologue_sums' sums, then a barrier. Every
+// thread of the CTA calls it.
+__device__ __forceinline__ void prologue_scales_of_sums(const PrologueArgs& p, const float* sums,
+                                                        float* scales) {
+  if (p.chunk == 0) return;
+  for (int c = threadIdx.x; c < p.n_in / p.chunk; c += blockDim.x) {
+    scales[c] = prologue_chunk_scale(p, sums, c);
   }
-  mark(2);
   __syncthreads();  // the scales are written before the staging pass reads them
 }
 
-// p(x) of elements i..i+3 (zeros past n_in).
-template <Prologue P, bool kVec>
-__device__ __forceinline__ float4 stage_value(const PrologueArgs& p, int i, const float* scales) {
+// The norm scales of every chunk into scales[] (sums[] is scratch).
+__device__ __forceinline__ void prologue_scales(const PrologueArgs& p, float* sums, float* scales) {
+  prologue_sums(p, sums);
+  prologue_scales_of_sums(p, sums, scales);
+}
+
+// p(x) of elements i..i+3 (zeros past n_in); scale_of(h) is the norm scale of chunk h.
+template <Prologue P, bool kVec, class ScaleOf>
+__device__ __forceinline__ float4 stage_value(const PrologueArgs& p, int i,
+                                              const ScaleOf& scale_of) {
   constexpr bool kGate = model::prologue_gated(P);
   constexpr bool kNorm = model::prologue_normed(P);
   float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -498,7 +517,7 @@ __device__ __forceinline__ float4 stage_value(const PrologueArgs& p, int i, cons
       if constexpr (kNorm) {
         const int h = P == Prologue::RmsNorm ? 0 : p.head.div(i);  // chunk % 4 == 0
         w4 = *reinterpret_cast<const float4*>(p.norm + (i - h * p.chunk));
-        scale = scales[h];
+        scale = scale_of(h);
       }
       v[0] = prologue_value<P>(x4.x, g4.x, w4.x, scale);
       v[1] = prologue_value<P>(x4.y, g4.y, w4.y, scale);
@@ -515,7 +534,7 @@ __device__ __forceinline__ float4 stage_value(const PrologueArgs& p, int i, cons
       if constexpr (kNorm) {
         const int h = P == Prologue::RmsNorm ? 0 : p.head.div(j);
         w = p.norm[j - h * p.chunk];
-        scale = scales[h];
+        scale = scale_of(h);
       }
       v[e] = prologue_value<P>(p.x[j], g, w, scale);
     }
@@ -538,7 +557,8 @@ __device__ __forceinline__ void stage_pass(const PrologueArgs& p, int n_stage, c
     float4 out[kStageBatch];
 #pragma unroll
     for (int b = 0; b < kStageBatch; ++b) {
-      out[b] = stage_value<P, kVec>(p, 4 * (f0 + b * static_cast<int>(blockDim.x)), scales);
+      out[b] = stage_value<P, kVec>(p, 4 * (f0 + b * static_cast<int>(blockDim.x)),
+                                    [scales](int h) { return scales[h]; });
     }
 #pragma unroll
     for (int b = 0; b < kStageBatch; ++b) {

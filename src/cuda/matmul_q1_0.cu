@@ -421,20 +421,14 @@ struct Q1GemvArgs {
 };
 
 // The lab's timeline events (thread 0, so team 0): entry, pdl_wait returned, its warp's norm
-// sums done, the sums' barrier passed, its scales done (the prologue_scales marks; none without a
-// norm), the norm's scales in shared memory (prologue_scales' barrier), its share of p(x)
-// staged, every share staged (barrier), its warp's eighths quantised, prologue done (barrier), then
-// for slot k < kTraceSlotCount: its sums in shared memory, the team's barrier passed, its rows
-// stored; exit (the last).
+// sums done, the sums' barrier passed (the prologue_sums marks; none without a norm), its
+// eighths quantised, prologue done (barrier), then for slot k < kTraceSlotCount: its sums in
+// shared memory, the team's barrier passed, its rows stored; exit (the last).
 enum GemvTraceEvent {
   kTraceEntry,
   kTraceWaited,
   kTraceSummed,
   kTraceSumsBarrier,
-  kTraceScaleDone,
-  kTraceScaled,
-  kTraceStaged,
-  kTraceAllStaged,
   kTraceQuantised,
   kTracePrologue,
   kTraceSlots
@@ -591,24 +585,81 @@ struct GemvCta {
   __device__ int chunk_quad(const GemvStep& st) const { return q_begin + st.c * kQ; }
   __device__ int chunk_quads(const GemvStep& st) const { return quads - st.c * kQ; }
 
-  // p(x) staged in shared memory (matmul.cuh's prologue_scales / prologue_stage, shared with
-  // the chunked formats), then every eighth of a block quantised by quantize_eighths into act /
-  // meta — the same device code, on the same floats, as the two-launch quantise kernel. Every
-  // thread of the CTA calls it (barriers).
+  // The codes of p(x) into act / meta: those that came in copied (copy_codes_in), the rest
+  // quantised (quantise_x; with every block's codes in, nothing is, and no norm is computed).
+  // Every thread of the CTA calls it (barriers).
   __device__ void prologue() {
     copy_codes_in();
-    prologue_scales(a.pro, sums, scales, [&](int k) { stamp(kTraceSummed + k); });
-    stamp(kTraceScaled);
-    prologue_stage(
-        a.pro, a.n_stage, scales, [&](int f, float4 v) { stage[stage_pos(f)] = v; },
-        a.blocks_in * 32);
-    stamp(kTraceStaged);
-    __syncthreads();  // p(x) is staged before any eighth reads it
-    stamp(kTraceAllStaged);
-    // The blocks whose codes came in (copy_codes_in) are skipped.
-    quantise_staged(stage, act, meta, a.blocks_in, a.n_blocks, threadIdx.x, blockDim.x);
+    if (a.blocks_in < a.n_blocks) quantise_x();
     stamp(kTraceQuantised);
     __syncthreads();  // act / meta are complete before any warp's product reads them
+  }
+
+  // Blocks [blocks_in, n_blocks) of p(x) quantised into act / meta, on one of two paths:
+  //   Direct (x, norm 16-byte aligned, no norm or one RmsNorm over x, at most one eighth of a
+  //     block a thread: every normed GEMV of the decode): the thread loads its eighth of x
+  //     before the norm's own loads of x (one round trip), the norm's sums (prologue_sums),
+  //     then each thread computes the scale itself and p(x) of its eighth in registers.
+  //   Staged (the rest): the scales (prologue_scales), p(x) staged in shared memory
+  //     (prologue_stage, shared with the chunked formats), a barrier, then read from there.
+  // Both quantise the same floats as the two-launch quantise kernel, by one quantise_blocks
+  // (a quantiser is ~25-45 KB of SASS: a second instantiation would grow the kernel a third).
+  // Staging cost the normed GEMVs 0.25-0.5 µs from the sums' barrier to the scales, and its
+  // loads of x and the norm weight after the scales another round trip to L2 (gemv_lab,
+  // H200, 2026-12-04), 128 such GEMVs a token. The norm weight is loaded as the quantiser
+  // needs it (asked into L1 before pdl_wait): held in registers from the start, it made
+  // ptxas spill and the decode was slower (tg128 346 against 353, same call).
+  __device__ void quantise_x() {
+    const PrologueArgs& p = a.pro;
+    const bool direct = p.vec && (p.kind == Prologue::None || p.kind == Prologue::RmsNorm) &&
+                        (a.n_blocks - a.blocks_in) * 16 <= static_cast<int>(blockDim.x);
+    const bool normed = p.kind == Prologue::RmsNorm;
+    const auto mark = [&](int k) { stamp(kTraceSummed + k); };
+    float4 x4[2];
+    if (direct) {
+      load_eighth(p.x, x4);
+      prologue_sums<1>(p, sums, mark);  // n_in <= 8 threads: a warp per virtual warp
+    } else {
+      prologue_sums(p, sums, mark);
+      prologue_scales_of_sums(p, sums, scales);
+      prologue_stage(
+          p, a.n_stage, scales, [&](int f, float4 v) { stage[stage_pos(f)] = v; },
+          a.blocks_in * 32);
+      __syncthreads();  // p(x) is staged before any eighth reads it
+    }
+    // The direct eighth's p(x) by the RmsNorm arithmetic, where no norm is scale 1 and
+    // weight 1 (x·1·1 = x exactly): one code for both kinds.
+    const float scale = direct && normed ? prologue_chunk_scale(p, sums, 0) : 1.0f;
+    // The direct path's u is this thread's eighth (or, past the end, a clamped copy that is
+    // never stored).
+    quantise_blocks(
+        [&](int u, float(&e8)[8]) {
+          if (direct) {
+            const float4 one = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+            float4 w4[2] = {one, one};
+            if (normed) load_eighth(p.norm, w4);
+            float x[8], w[8];
+            eighth_floats(x4[0], x4[1], x);
+            eighth_floats(w4[0], w4[1], w);
+            constexpr Prologue kRms = Prologue::RmsNorm;
+#pragma unroll
+            for (int e = 0; e < 8; ++e) e8[e] = prologue_value<kRms>(x[e], 0.0f, w[e], scale);
+          } else {
+            load_staged_eighth(stage, u, e8);
+          }
+        },
+        act, meta, a.blocks_in, a.n_blocks, threadIdx.x, blockDim.x);
+  }
+  // This thread's eighth of v (the direct path's): float4s 2u, 2u + 1, zeros past n_in (a
+  // multiple of 4 there).
+  __device__ void load_eighth(const float* v, float4 (&f)[2]) const {
+    const int u = a.blocks_in * 16 + static_cast<int>(threadIdx.x);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int i = 8 * u + 4 * k;
+      f[k] = i < a.pro.n_in ? *reinterpret_cast<const float4*>(v + i)
+                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
   }
 
   // Codes in: the codes of x's first blocks_in blocks, written by the GEMV before
@@ -1233,9 +1284,8 @@ unsigned q1_0_gemv_traced(const FusedGemv& f, const Q1Options& o, uint64_t* trac
 }
 
 std::string q1_0_trace_event(int e) {
-  static const char* const kNames[] = {"entry",      "waited",  "summed", "sums barrier",
-                                       "scale done", "scaled",  "staged", "all staged",
-                                       "quantised",  "prologue"};
+  static const char* const kNames[] = {"entry",        "waited",    "summed",
+                                       "sums barrier", "quantised", "prologue"};
   static const char* const kSlotNames[] = {"sums", "barrier", "stored"};
   static_assert(std::size(kNames) == kTraceSlots, "a name for every GemvTraceEvent");
   if (e < kTraceSlots) return kNames[e];

@@ -329,10 +329,10 @@ __global__ void __launch_bounds__(kQuantizeBlocks * 16)
 // prologue runs once per SM) does, in order:
 //   1. issues its warps' first step of weight loads into registers and asks L2 for all of its
 //      weights (weights never depend on the previous kernel), then pdl_wait();
-//   2. the prologue: the norm's scales, p(x) staged in shared memory (matmul.cuh's
-//      prologue_scales / prologue_stage, shared with the chunked formats), then every eighth of
-//      a block quantised by quantize_eighths into act / meta in shared memory — the same device
-//      code, on the same floats, as the two-launch path's quantise kernel;
+//   2. the prologue: the norm's sums, then every eighth of a block of p(x) quantised by
+//      quantize_eighths into act / meta in shared memory — the same device code, on the same
+//      floats, as the two-launch path's quantise kernel — from registers (GemvCta::quantise_x's
+//      direct path) or from p(x) staged in shared memory (matmul.cuh's prologue_stage);
 //   3. the product: CTAs hold `teams` teams of `slices` warps; each team strides over slots
 //      (a row tile of one matrix; for SiluMulPair a row tile of both, gate then up) through
 //      dot_chunk / sum_quad_lanes / sum_slices, the two-launch kernel's code in the same order,
@@ -587,9 +587,10 @@ struct GemvCta {
 
   // The codes of p(x) into act / meta: those that came in copied (copy_codes_in), the rest
   // quantised (quantise_x). Every thread of the CTA calls it (barriers). With every block's
-  // codes in, quantise_x still computes a normed prologue's scales, which nothing reads:
-  // skipping it made ssm_out 5.17 -> 4.63 µs but the gate+up GEMV after it 12.91 -> 13.68,
-  // tg128 348.4 / 348.7 -> 344.5 / 343.3 (H200, 2026-12-04, same call; not understood).
+  // codes in, quantise_x has nothing to do (the host passes no prologue then), yet skipping
+  // the call made ssm_out 5.17 -> 4.63 µs and the gate+up GEMV after it 12.91 -> 13.68, tg128
+  // 348.4 / 348.7 -> 344.5 / 343.3 (H200, 2026-12-04, same call). Not understood: the only
+  // difference is the code around an empty call.
   __device__ void prologue() {
     copy_codes_in();
     quantise_x();
@@ -609,8 +610,9 @@ struct GemvCta {
   // Staging cost the normed GEMVs 0.25-0.5 µs from the sums' barrier to the scales, and its
   // loads of x and the norm weight after the scales another round trip to L2 (gemv_lab,
   // H200, 2026-12-04), 128 such GEMVs a token. The norm weight is loaded as the quantiser
-  // needs it (asked into L1 before pdl_wait): held in registers from the start, it made
-  // ptxas spill and the decode was slower (tg128 346 against 353, same call).
+  // needs it (asked into L1 before pdl_wait): loaded with x and held across the sums, it made
+  // ptxas spill 32 bytes and the decode slower (tg128 346.2 / 345.9 against 355.0 / 352.6,
+  // same call).
   __device__ void quantise_x() {
     const PrologueArgs& p = a.pro;
     const bool direct = p.vec && (p.kind == Prologue::None || p.kind == Prologue::RmsNorm) &&

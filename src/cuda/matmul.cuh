@@ -501,10 +501,9 @@ __device__ __forceinline__ void prologue_scales(const PrologueArgs& p, float* su
   prologue_scales_of_sums(p, sums, scales);
 }
 
-// p(x) of elements i..i+3 (zeros past n_in); scale_of(h) is the norm scale of chunk h.
-template <Prologue P, bool kVec, class ScaleOf>
-__device__ __forceinline__ float4 stage_value(const PrologueArgs& p, int i,
-                                              const ScaleOf& scale_of) {
+// p(x) of elements i..i+3 (zeros past n_in).
+template <Prologue P, bool kVec>
+__device__ __forceinline__ float4 stage_value(const PrologueArgs& p, int i, const float* scales) {
   constexpr bool kGate = model::prologue_gated(P);
   constexpr bool kNorm = model::prologue_normed(P);
   float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -517,7 +516,7 @@ __device__ __forceinline__ float4 stage_value(const PrologueArgs& p, int i,
       if constexpr (kNorm) {
         const int h = P == Prologue::RmsNorm ? 0 : p.head.div(i);  // chunk % 4 == 0
         w4 = *reinterpret_cast<const float4*>(p.norm + (i - h * p.chunk));
-        scale = scale_of(h);
+        scale = scales[h];
       }
       v[0] = prologue_value<P>(x4.x, g4.x, w4.x, scale);
       v[1] = prologue_value<P>(x4.y, g4.y, w4.y, scale);
@@ -534,7 +533,7 @@ __device__ __forceinline__ float4 stage_value(const PrologueArgs& p, int i,
       if constexpr (kNorm) {
         const int h = P == Prologue::RmsNorm ? 0 : p.head.div(j);
         w = p.norm[j - h * p.chunk];
-        scale = scale_of(h);
+        scale = scales[h];
       }
       v[e] = prologue_value<P>(p.x[j], g, w, scale);
     }
@@ -557,8 +556,7 @@ __device__ __forceinline__ void stage_pass(const PrologueArgs& p, int n_stage, c
     float4 out[kStageBatch];
 #pragma unroll
     for (int b = 0; b < kStageBatch; ++b) {
-      out[b] = stage_value<P, kVec>(p, 4 * (f0 + b * static_cast<int>(blockDim.x)),
-                                    [scales](int h) { return scales[h]; });
+      out[b] = stage_value<P, kVec>(p, 4 * (f0 + b * static_cast<int>(blockDim.x)), scales);
     }
 #pragma unroll
     for (int b = 0; b < kStageBatch; ++b) {

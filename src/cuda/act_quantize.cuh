@@ -257,14 +257,6 @@ __device__ __forceinline__ void quantise_blocks(const Load& load, uint32_t* act,
   }
 }
 
-// quantise_blocks on a vector staged at stage_pos.
-__device__ __forceinline__ void quantise_staged(const float4* stage, uint32_t* act, ActMeta* meta,
-                                                int first_block, int n_blocks, int tid,
-                                                int threads) {
-  quantise_blocks([stage](int u, float(&e8)[8]) { load_staged_eighth(stage, u, e8); }, act, meta,
-                  first_block, n_blocks, tid, threads);
-}
-
 // Quantises n_blocks (1 or 2) blocks staged at stage_pos from stage[0] with one warp (all 32
 // lanes call it: eighth u on lane u; past the blocks, lanes repeat the first block's eighths)
 // and stores their codes as blocks block0.. of act / meta: the codes out of the kernels that

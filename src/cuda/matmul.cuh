@@ -416,7 +416,9 @@ __device__ __forceinline__ void prefetch_l1_lines(const float* p, int n) {
 // The prologue's operands that the staging pass would otherwise fetch from L2 after the norm's
 // scales (one more round trip after the sums' own): the norm weight (a constant: asked before
 // pdl_wait) and the gate (written by an earlier kernel: asked after it, while the sums' loads
-// are in flight). x itself is in L1 by then: the sums read every element of it.
+// are in flight). x itself was read by the sums just before; whether the staging pass finds it
+// in L1 was not measured (the Q1_0 GEMV's direct prologue, re-reading x after the sums, took
+// as long as staging did: gemv_lab, H200, 2026-12-04).
 // Measured (H200, 2026-12-01, the decode step's timeline): gate+up 14.35 -> 13.43 µs, tg128
 // 280.74 -> 284.49; qkv+z, q+k+v and ssm_out unchanged within noise, where the same round trip
 // was predicted to go. Why only gate+up gains is not understood yet.

@@ -603,8 +603,9 @@ struct GemvCta {
   //     block a thread: every normed GEMV of the decode): the thread loads its eighth of x
   //     before the norm's own loads of x (one round trip), the norm's sums (prologue_sums),
   //     then each thread computes the scale itself and p(x) of its eighth in registers.
-  //   Staged (the rest): the scales (prologue_scales), p(x) staged in shared memory
-  //     (prologue_stage, shared with the chunked formats), a barrier, then read from there.
+  //   Staged (the rest): the sums and scales (prologue_sums, prologue_scales_of_sums), p(x)
+  //     staged in shared memory (prologue_stage, shared with the chunked formats), a barrier,
+  //     then read from there.
   // Both quantise the same floats as the two-launch quantise kernel, by one quantise_blocks
   // (a quantiser is ~25-45 KB of SASS: a second instantiation would grow the kernel a third).
   // Staging cost the normed GEMVs 0.25-0.5 µs from the sums' barrier to the scales, and its

@@ -154,8 +154,16 @@ CudaExecutor::ProgramMem& CudaExecutor::program(int64_t n_tokens, bool all_logit
   if (!pm.program) {
     pm.program = std::make_unique<model::Program>(
         model::build_forward(model_, n_tokens, all_logits, build_));
-    for (const model::BufferSpec& b : pm.program->buffers) {
-      pm.buffers.emplace_back(size_t(b.rows * b.cols) * sizeof(float));
+    const std::vector<model::BufferSpec>& specs = pm.program->buffers;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const size_t bytes = size_t(specs[i].rows * specs[i].cols) * sizeof(float);
+      if (int32_t(i) == pm.program->logits && specs[i].rows == 1) {
+        pm.host_logits = PinnedBuffer(bytes);
+        pm.host_logits_dev = static_cast<float*>(device_address(pm.host_logits));
+        pm.buffers.emplace_back();
+      } else {
+        pm.buffers.emplace_back(bytes);
+      }
     }
     pm.launches.assign(pm.program->steps.size(), -1);
   }
@@ -182,13 +190,16 @@ std::span<const float> CudaExecutor::forward_view(std::span<const int32_t> ids, 
   }
   const model::BufferSpec& out = pm.program->buffers[static_cast<size_t>(pm.program->logits)];
   const size_t n = static_cast<size_t>(out.rows * out.cols);
-  if (logits_host_.bytes() < n * sizeof(float)) logits_host_ = PinnedBuffer(n * sizeof(float));
-  CUDA_CHECK(cudaMemcpyAsync(logits_host_.get(),
-                             pm.buffers[static_cast<size_t>(pm.program->logits)].get(),
-                             n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  const float* logits = pm.host_logits.as<const float>();
+  if (!pm.host_logits_dev) {
+    if (logits_host_.bytes() < n * sizeof(float)) logits_host_ = PinnedBuffer(n * sizeof(float));
+    CUDA_CHECK(cudaMemcpyAsync(logits_host_.get(), buffer_data(pm, pm.program->logits),
+                               n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    logits = logits_host_.as<const float>();
+  }
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   s.n_past += T;
-  return {logits_host_.as<const float>(), n};
+  return {logits, n};
 }
 
 // The embedding gather (host work) runs first; the rest of the program is replayed from a
@@ -244,7 +255,12 @@ Pos CudaExecutor::position(const Slot& slot, int64_t n_tokens) const {
 
 DevRows CudaExecutor::view(ProgramMem& pm, const model::View& v) const {
   const model::BufferSpec& b = pm.program->buffers[static_cast<size_t>(v.buf)];
-  return {pm.buffers[static_cast<size_t>(v.buf)].as<float>() + v.col, b.rows, v.width, b.cols};
+  return {buffer_data(pm, v.buf) + v.col, b.rows, v.width, b.cols};
+}
+
+float* CudaExecutor::buffer_data(ProgramMem& pm, int32_t buf) {
+  if (buf == pm.program->logits && pm.host_logits_dev) return pm.host_logits_dev;
+  return pm.buffers[static_cast<size_t>(buf)].as<float>();
 }
 
 const GpuMatrix& CudaExecutor::matrix(const model::Matrix* m) const {

@@ -44,11 +44,16 @@ class CudaExecutor : public runtime::Executor {
     std::vector<DeviceBuffer> k, v, conv, ssm;  // ssm in the rungs' state storage type
     int64_t n_past = 0;
   };
-  // The device buffers of one program (one per BufferSpec).
+  // The device buffers of one program (one per BufferSpec). One row of logits (decode, or a
+  // prefill's last token) lives in pinned host memory instead: the output head's kernel stores
+  // it there as it runs, with no 1 MB copy after it (its buffers entry stays empty). Measured
+  // (H200, 2026-12-04, same call): tg128 349.8 / 352.2 against 349.4 / 349.3 with the copy.
   struct ProgramMem {
     std::unique_ptr<model::Program> program;
     std::vector<DeviceBuffer> buffers;
-    std::vector<int> launches;  // per step, once it ran (or was captured); -1 before
+    PinnedBuffer host_logits;
+    float* host_logits_dev = nullptr;  // host_logits as the kernels address it
+    std::vector<int> launches;         // per step, once it ran (or was captured); -1 before
   };
 
   const Slot& slot_at(int slot) const;
@@ -72,6 +77,7 @@ class CudaExecutor : public runtime::Executor {
   int recurrence(const model::Step& s, ProgramMem& pm, Slot& slot, cudaStream_t st);
   DevState slot_state(Slot& slot, int64_t layer) const;
   DevRows view(ProgramMem& pm, const model::View& v) const;
+  static float* buffer_data(ProgramMem& pm, int32_t buf);
   const GpuMatrix& matrix(const model::Matrix* m) const;
   const float* vec(const std::vector<float>* v) const;
 
@@ -103,7 +109,7 @@ class CudaExecutor : public runtime::Executor {
   std::map<std::tuple<int64_t, bool, model::Rungs, int>, ProgramMem> programs_;
   MatmulWorkspace workspace_;
   std::vector<float> embed_host_;  // embedding rows gathered on the host (see step())
-  PinnedBuffer logits_host_;       // the last forward's logits (forward_view's result)
+  PinnedBuffer logits_host_;       // the last forward's logits when they are not host_logits
   // The activation codes a step writes for the Q1_0 GEMV right after it (a gate+up GEMV for
   // ffn_down: link_codes; the GDN recurrence for ssm_out and attention for attn_output:
   // codes_out_for), that GEMV's step and its blocks of codes.

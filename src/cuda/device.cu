@@ -100,6 +100,12 @@ Buffer<M>& Buffer<M>::operator=(Buffer&& o) noexcept {
   return *this;
 }
 
+void* device_address(const PinnedBuffer& b) {
+  void* d = nullptr;
+  CUDA_CHECK(cudaHostGetDevicePointer(&d, b.get(), 0));
+  return d;
+}
+
 template class Buffer<Memory::Device>;
 template class Buffer<Memory::PinnedHost>;
 

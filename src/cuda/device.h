@@ -53,4 +53,9 @@ class Buffer {
 using DeviceBuffer = Buffer<Memory::Device>;
 using PinnedBuffer = Buffer<Memory::PinnedHost>;
 
+// The address under which kernels reach pinned host memory (cudaMallocHost memory is mapped
+// into every device's address space): a kernel may store into it directly, over the link,
+// while it runs.
+void* device_address(const PinnedBuffer& b);
+
 }  // namespace gdn::cuda

@@ -242,6 +242,20 @@ TEST(CudaLogits, PinnedBufferTakesDeviceCopiesAndMoves) {
   EXPECT_EQ(moved.as<const float>()[2], 3.25f);
 }
 
+// A device-side write through device_address lands in the pinned buffer itself (how the decode
+// head stores its logits): a device-to-device copy stands in for the kernel.
+TEST(CudaLogits, DeviceAddressWritesReachThePinnedBuffer) {
+  REQUIRE_GPU();
+  const std::vector<float> src = {0.5f, -4.0f, 9.75f};
+  const size_t bytes = src.size() * sizeof(float);
+  cuda::DeviceBuffer d(bytes);
+  cuda::PinnedBuffer p(bytes);
+  std::fill_n(p.as<float>(), src.size(), -1.0f);
+  CUDA_CHECK(cudaMemcpy(d.get(), src.data(), bytes, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(cuda::device_address(p), d.get(), bytes, cudaMemcpyDeviceToDevice));
+  EXPECT_TRUE(std::equal(src.begin(), src.end(), p.as<const float>()));
+}
+
 TEST(CudaSlots, SnapshotAndRollbackMatchCpu) {
   REQUIRE_GPU();
   auto mem = synth::make_in_memory(synth::preset("tiny"), {});

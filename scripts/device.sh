@@ -5,15 +5,17 @@
 # (also: chain [bench/chain_lab, the persistent GEMV chain], smbw [bench/sm_bw_lab, the DRAM
 # bandwidth of G SMs], icache [bench/icache_lab, what cold code costs], ncu [the one-launch
 # GEMV's stall reasons per SASS line], ncuchain [the same for the chain kernel], profile
-# [every kernel's time in decode steps, one at a time under ncu], sass [the one-launch GEMV's
-# SASS], timeline and timelinebase [gdn bench --timeline, all exact rungs / baseline +
-# graphs], timelinetests, opsof [OPS="a b": gdn ops --op per name; OPS_PERF=1: with --perf],
+# [every kernel's time in decode steps, one at a time under ncu], sass, prevsass, altsass [the
+# one-launch GEMV's SASS of gdn, gdn_prev, gdn_alt], timeline and timelinebase [gdn bench
+# --timeline, all exact rungs / baseline + graphs], timelinetests, opsof [OPS="a b": gdn ops
+# --op per name; OPS_PERF=1: with --perf],
 # opsperf, ladder, benchladder, nulls, benchbase [baseline granularity + graphs], tg [tg128
 # alone], prevbench, prevbenchbase, prevtimeline and prevtg [bench, benchbase, timeline and tg
 # with a carried gdn_prev], prevlab [the lab carried as gemv_lab_prev], alttg and alttimeline
 # [tg and timeline with a carried gdn_alt, a second variant], benchnographs, compare,
 # comparef32).
-# Every log comes back in $OUT/logs.tgz.
+# Every log comes back in $OUT/logs.tgz: the script moves them there as it ends, so a command
+# that reads a log on the GPU machine must do so before then (e.g. by a step of its own).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/gdn-device}
@@ -58,6 +60,15 @@ ncu_stalls() {
   run_step "$name-source" ncu --import "$out/$name.ncu-rep" --page source --print-source sass
 }
 
+# The SASS of a binary's one-launch Q1_0 GEMV (kQ = 2): step name, the binary.
+gemv_sass() {
+  local name=$1 exe=$2
+  run_step "$name" cuobjdump -sass -arch sm_90a "$exe"
+  awk '/Function : .*q1_gemv_kernelILi2E/{p=1} p&&/Function : /&&!/q1_gemv_kernelILi2E/{p=0} p' \
+    "$out/$name.log" >"$out/${name}_gemv.txt"
+  gzip -f "$out/$name.log"
+}
+
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used,temperature.gpu --format=csv >"$out/gpu.txt" 2>&1
 for s in "${steps[@]}"; do
   case "$s" in
@@ -89,11 +100,11 @@ for s in "${steps[@]}"; do
     # The chain kernel: by default bench/chain_lab's second check run (chain 1: x from L2, warp
     # tiles, the producer held).
     ncuchain) ncu_stalls ncuchain q1_chain_kernel "${NCU_CHAIN_SKIP:-1}" "$bin/bench/chain_lab" ;;
-    # The one-launch Q1_0 GEMV's SASS (sm_90a), for counting instructions per slot.
-    sass) run_step sass cuobjdump -sass -arch sm_90a "$bin/src/app/gdn"
-      awk '/Function : .*q1_gemv_kernelILi2E/{p=1} p&&/Function : /&&!/q1_gemv_kernelILi2E/{p=0} p' \
-        "$out/sass.log" >"$out/sass_gemv.txt"
-      gzip -f "$out/sass.log" ;;
+    # The one-launch Q1_0 GEMV's SASS (sm_90a), for counting instructions per slot; prevsass and
+    # altsass: the same for gdn_prev and gdn_alt, to compare the code two variants run.
+    sass) gemv_sass sass "$bin/src/app/gdn" ;;
+    prevsass) gemv_sass prevsass "$bin/gdn_prev" ;;
+    altsass) gemv_sass altsass "$bin/gdn_alt" ;;
     bench) run_step bench "$bin/src/app/gdn" bench -r 3 --rounds 2 ;;
     timeline) run_step timeline "$bin/src/app/gdn" bench --timeline -n 16 ;;
     timelinebase) run_step timelinebase "$bin/src/app/gdn" bench --timeline -n 16 --rungs graphs ;;

@@ -623,7 +623,7 @@ struct GemvCta {
     float4 x4[2];
     if (direct) {
       load_eighth(p.x, x4);
-      prologue_sums<1>(p, sums, mark);  // n_in <= 8 threads: a warp per virtual warp
+      prologue_sums<1>(p, sums, mark);  // n_in <= 8 * threads: a warp for every virtual warp
     } else {
       prologue_sums(p, sums, mark);
       prologue_scales_of_sums(p, sums, scales);

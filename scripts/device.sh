@@ -60,13 +60,15 @@ ncu_stalls() {
   run_step "$name-source" ncu --import "$out/$name.ncu-rep" --page source --print-source sass
 }
 
-# The SASS of a binary's one-launch Q1_0 GEMV (kQ = 2): step name, the binary.
+# The SASS of a binary's one-launch Q1_0 GEMV (kQ = 2): step name, the binary. Only the
+# GEMV's comes back (gzipped): the whole binary's SASS, even gzipped, made logs.tgz larger
+# than a file the device tool returns (16 MiB).
 gemv_sass() {
   local name=$1 exe=$2
   run_step "$name" cuobjdump -sass -arch sm_90a "$exe"
   awk '/Function : .*q1_gemv_kernelILi2E/{p=1} p&&/Function : /&&!/q1_gemv_kernelILi2E/{p=0} p' \
-    "$out/$name.log" >"$out/${name}_gemv.txt"
-  gzip -f "$out/$name.log"
+    "$out/$name.log" | gzip >"$out/${name}_gemv.txt.gz"
+  echo "$(wc -l <"$out/$name.log") lines of SASS; the GEMV's in ${name}_gemv.txt.gz" >"$out/$name.log"
 }
 
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used,temperature.gpu --format=csv >"$out/gpu.txt" 2>&1

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <limits>
+#include <string>
 
 #include "common/error.h"
 #include "gguf/gguf.h"
@@ -66,6 +68,43 @@ TEST(HParams, RejectsInconsistentHeads) {
   synth::preset("tiny").to_gguf(meta);
   meta.set("general.architecture", gguf::Value::str("llama"));
   EXPECT_THROW(HParams::from_gguf(meta), Error);
+}
+
+// Each refusal names the field; sizes are bounded before any product of them is formed, so a
+// hostile file cannot overflow the tensor table's arithmetic.
+TEST(HParams, RejectsSizesThatWouldOverflowAndNonFiniteFloats) {
+  auto error = [](const std::function<void(gguf::Metadata&)>& edit) -> std::string {
+    gguf::Metadata meta;
+    synth::preset("tiny").to_gguf(meta);
+    edit(meta);
+    try {
+      HParams hp = HParams::from_gguf(meta);
+      hp.n_vocab = 2048;
+      hp.validate();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  auto set = [&](const char* key, gguf::Value v) {
+    return error([&](gguf::Metadata& m) { m.set(std::string("qwen35.") + key, v); });
+  };
+  EXPECT_NE(set("attention.head_count", gguf::Value::u64(uint64_t{1} << 62)).find("head_count"),
+            std::string::npos);
+  EXPECT_NE(set("attention.head_count", gguf::Value::u32(1u << 30)).find("attn_q rows"),
+            std::string::npos);
+  EXPECT_NE(set("ssm.state_size", gguf::Value::u64(uint64_t{1} << 62)).find("ssm.inner_size"),
+            std::string::npos);
+  EXPECT_NE(set("block_count", gguf::Value::u32(~0u)).find("block_count"), std::string::npos);
+  EXPECT_NE(set("nextn_predict_layers", gguf::Value::u32(4)).find("nextn_predict_layers"),
+            std::string::npos);
+  EXPECT_NE(set("rope.freq_base", gguf::Value::f32(0.0f)).find("rope.freq_base"),
+            std::string::npos);
+  EXPECT_NE(set("attention.layer_norm_rms_epsilon",
+                gguf::Value::f32(std::numeric_limits<float>::infinity()))
+                .find("layer_norm_rms_epsilon"),
+            std::string::npos);
+  EXPECT_EQ(error([](gguf::Metadata&) {}), "");
 }
 
 // The synthetic Bonsai-27B Q1_0 file must be the size llama.cpp's loader sees (3.5–3.6 GiB);

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "common/error.h"
 #include "gguf/gguf.h"
 
@@ -25,6 +27,20 @@ std::vector<bool> read_flags(const gguf::Metadata& meta, const std::string& k) {
   return out;
 }
 
+// Checked before anything is sized by the block count (the layer kinds list, the tensor table)
+// and before the trunk's layer count is derived from it.
+void check_block_counts(int64_t n_blocks, int64_t n_nextn) {
+  if (n_blocks <= 0 || n_blocks > HParams::kMaxBlocks) {
+    fail("qwen35 block_count must be in [1, {}], got {}", HParams::kMaxBlocks, n_blocks);
+  }
+  if (n_nextn < 0 || n_nextn >= n_blocks) {
+    fail(
+        "qwen35 nextn_predict_layers {} must be >= 0 and leave at least one of the {} blocks to "
+        "the trunk",
+        n_nextn, n_blocks);
+  }
+}
+
 }  // namespace
 
 int64_t HParams::n_recurrent() const {
@@ -45,21 +61,37 @@ void HParams::set_layer_kinds_from_interval() {
 }
 
 void HParams::validate() const {
-  auto positive = [](int64_t v, const char* what) {
-    if (v <= 0) fail("qwen35 hyper-parameter {} must be positive, got {}", what, v);
+  auto width = [](int64_t v, const char* what) {
+    if (v <= 0 || v > kMaxWidth) {
+      fail("qwen35 hyper-parameter {} must be in [1, {}], got {}", what, kMaxWidth, v);
+    }
   };
-  positive(n_embd, "embedding_length");
-  positive(n_layer, "block_count - nextn_predict_layers");
-  positive(n_ff, "feed_forward_length");
-  positive(n_head, "attention.head_count");
-  positive(n_head_kv, "attention.head_count_kv");
-  positive(head_dim, "attention.key_length");
-  positive(ssm_conv_kernel, "ssm.conv_kernel");
-  positive(ssm_d_state, "ssm.state_size");
-  positive(ssm_n_v_heads, "ssm.time_step_rank");
-  positive(ssm_n_k_heads, "ssm.group_count");
-  positive(n_vocab, "vocabulary size (token_embd rows)");
-  if (n_nextn < 0) fail("qwen35 nextn_predict_layers must be >= 0, got {}", n_nextn);
+  width(n_embd, "embedding_length");
+  width(n_ff, "feed_forward_length");
+  width(n_head, "attention.head_count");
+  width(n_head_kv, "attention.head_count_kv");
+  width(head_dim, "attention.key_length");
+  width(ssm_conv_kernel, "ssm.conv_kernel");
+  width(ssm_d_state, "ssm.state_size");
+  width(ssm_n_v_heads, "ssm.time_step_rank");
+  width(ssm_n_k_heads, "ssm.group_count");
+  width(n_vocab, "vocabulary size (token_embd rows)");
+  if (n_layer <= 0 || n_layer > kMaxBlocks || n_nextn < 0 || n_nextn > kMaxBlocks) {
+    fail("qwen35 trunk layers {} and MTP blocks {} must be in [1, {}] and [0, {}]", n_layer,
+         n_nextn, kMaxBlocks, kMaxBlocks);
+  }
+  check_block_counts(n_block(), n_nextn);
+  // Each factor is at most kMaxWidth, so these products cannot overflow; bounding them keeps
+  // every tensor's element count (a product of two widths) in int64 too.
+  auto product = [](int64_t a, int64_t b, const char* what) {
+    if (a * b > kMaxWidth) fail("qwen35 {} = {} x {} exceeds {}", what, a, b, kMaxWidth);
+  };
+  product(2 * n_head, head_dim, "attn_q rows (2 x head_count x key_length)");
+  product(n_head_kv, head_dim, "head_count_kv x key_length");
+  product(ssm_n_v_heads, ssm_d_state, "ssm.time_step_rank x ssm.state_size");
+  product(ssm_n_k_heads, ssm_d_state, "ssm.group_count x ssm.state_size");
+  if (conv_dim() > kMaxWidth) fail("qwen35 conv width {} exceeds {}", conv_dim(), kMaxWidth);
+  if (2 * n_embd > kMaxWidth) fail("qwen35 embedding_length {} is too large", n_embd);
   if (n_head % n_head_kv != 0) {
     fail("qwen35 attention.head_count {} is not a multiple of head_count_kv {}", n_head, n_head_kv);
   }
@@ -70,7 +102,12 @@ void HParams::validate() const {
   if (n_rot <= 0 || n_rot > head_dim || n_rot % 2 != 0) {
     fail("qwen35 rope.dimension_count {} must be even and in (0, key_length={}]", n_rot, head_dim);
   }
-  if (!(rms_eps > 0.0f)) fail("qwen35 attention.layer_norm_rms_epsilon must be > 0");
+  if (!(rms_eps > 0.0f) || !std::isfinite(rms_eps)) {
+    fail("qwen35 attention.layer_norm_rms_epsilon must be finite and > 0, got {}", rms_eps);
+  }
+  if (!(rope_theta > 0.0f) || !std::isfinite(rope_theta)) {
+    fail("qwen35 rope.freq_base must be finite and > 0, got {}", rope_theta);
+  }
   if (static_cast<int64_t>(recurrent.size()) != n_block()) {
     fail("qwen35 layer kinds list has {} entries for {} blocks", recurrent.size(), n_block());
   }
@@ -86,7 +123,9 @@ HParams HParams::from_gguf(const gguf::Metadata& meta) {
   HParams hp;
   hp.n_embd = meta.get_int(key("embedding_length"));
   hp.n_nextn = meta.get_int(key("nextn_predict_layers"), 0);
-  hp.n_layer = meta.get_int(key("block_count")) - hp.n_nextn;
+  const int64_t n_blocks = meta.get_int(key("block_count"));
+  check_block_counts(n_blocks, hp.n_nextn);
+  hp.n_layer = n_blocks - hp.n_nextn;
   hp.n_ff = meta.get_int(key("feed_forward_length"));
   hp.n_head = meta.get_int(key("attention.head_count"));
   hp.n_head_kv = meta.get_int(key("attention.head_count_kv"));
@@ -109,7 +148,9 @@ HParams HParams::from_gguf(const gguf::Metadata& meta) {
   hp.ssm_n_v_heads = meta.get_int(key("ssm.time_step_rank"));
   hp.ssm_n_k_heads = meta.get_int(key("ssm.group_count"));
   const int64_t inner = meta.get_int(key("ssm.inner_size"));
-  if (inner != hp.ssm_inner()) {
+  int64_t expected_inner = 0;  // the product is not validated yet: it may overflow
+  if (__builtin_mul_overflow(hp.ssm_n_v_heads, hp.ssm_d_state, &expected_inner) ||
+      inner != expected_inner) {
     fail("qwen35 ssm.inner_size {} != time_step_rank {} x state_size {} (dv must equal dk)", inner,
          hp.ssm_n_v_heads, hp.ssm_d_state);
   }
@@ -117,10 +158,6 @@ HParams HParams::from_gguf(const gguf::Metadata& meta) {
   hp.full_attention_interval = meta.get_int(key("full_attention_interval"), 4);
   if (hp.full_attention_interval <= 0) {
     fail("qwen35 full_attention_interval must be positive, got {}", hp.full_attention_interval);
-  }
-  if (hp.n_layer <= 0) {
-    fail("qwen35 block_count minus nextn_predict_layers is {}, need at least one layer",
-         hp.n_layer);
   }
   const std::string recurrent_key = key("attention.recurrent_layers");
   if (meta.has(recurrent_key)) {

@@ -15,6 +15,11 @@ namespace gdn::model {
 inline constexpr const char* kArch = "qwen35";
 
 struct HParams {
+  // Bounds validate() enforces: every width the tensor table derives (and so every tensor's
+  // element count, a product of two widths) stays representable.
+  static constexpr int64_t kMaxWidth = INT32_MAX;
+  static constexpr int64_t kMaxBlocks = 4096;
+
   int64_t n_embd = 0;     // E
   int64_t n_layer = 0;    // trunk layers (block_count minus MTP layers)
   int64_t n_nextn = 0;    // MTP layers appended after the trunk

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -161,6 +162,18 @@ TEST(Tokenizer, RejectsInconsistentVocabularies) {
   VocabSpec bad_id = tiny_vocab({});
   bad_id.eos = 100000;
   EXPECT_THROW(Tokenizer{bad_id}, Error);
+  // A byte's token, or a merge's, that is not byte-level would decode as its GPT-2 spelling.
+  VocabSpec control_byte = tiny_vocab({});
+  control_byte.types['\t'] = TokenType::control;
+  try {
+    Tokenizer{control_byte};
+    ADD_FAILURE() << "accepted a control token for byte 0x09";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("byte 0x09"), std::string::npos) << e.what();
+  }
+  VocabSpec control_merge = tiny_vocab({"a b"});
+  control_merge.types[256] = TokenType::user_defined;  // "ab"
+  EXPECT_THROW(Tokenizer{control_merge}, Error);
 }
 
 // --- The real vocabulary -------------------------------------------------------------------
@@ -302,6 +315,86 @@ TEST(Vocab, RandomBytesRoundTrip) {
     for (char& b : bytes) b = static_cast<char>(rng());
     ASSERT_EQ(tok.decode(tok.encode(bytes)), bytes) << "string " << i;
   }
+}
+
+// One random edit of a vocabulary: a token's text or type changed, a token added or removed, a
+// merge added (well formed or not), a special id moved.
+void edit_vocab(VocabSpec& v, std::mt19937& rng, TextGen& gen) {
+  auto pick = [&](size_t n) { return n == 0 ? size_t{0} : size_t(rng() % n); };
+  auto any_text = [&]() -> std::string {
+    switch (pick(4)) {
+      case 0:
+        return "";
+      case 1:
+        return v.tokens.empty() ? "" : v.tokens[pick(v.tokens.size())];
+      case 2: {
+        std::string bytes(1 + pick(6), '\0');
+        for (char& b : bytes) b = static_cast<char>(rng());
+        return bytes;
+      }
+      default:
+        return gen.next(1 + pick(3));
+    }
+  };
+  const int32_t n = static_cast<int32_t>(v.tokens.size());
+  switch (pick(6)) {
+    case 0:
+      if (n > 0) v.tokens[pick(n)] = any_text();
+      break;
+    case 1:
+      if (n > 0) v.types[pick(n)] = static_cast<TokenType>(1 + pick(6));
+      break;
+    case 2:
+      v.tokens.push_back(any_text());
+      v.types.push_back(static_cast<TokenType>(1 + pick(6)));
+      break;
+    case 3:
+      if (n > 0) {
+        const size_t at = pick(n);
+        v.tokens.erase(v.tokens.begin() + at);
+        v.types.erase(v.types.begin() + at);
+      }
+      break;
+    case 4: {
+      const std::string left = n > 0 ? v.tokens[pick(n)] : "", right = any_text();
+      v.merges.push_back(pick(4) == 0 ? left + right : left + " " + right);
+      break;
+    }
+    default: {
+      int32_t* ids[] = {&v.bos, &v.eos, &v.eot, &v.pad};
+      *ids[pick(4)] = static_cast<int32_t>(pick(n + 4)) - 2;
+      break;
+    }
+  }
+}
+
+// Property: an edited vocabulary is either refused with a gdn::Error or builds a tokenizer whose
+// ids stay in the vocabulary and whose decode undoes encode, with and without special tokens.
+TEST(TokenizerFuzz, EditedVocabulariesRoundTripOrFailCleanly) {
+  std::mt19937 rng(2026);
+  TextGen gen(4242);
+  int built = 0;
+  for (int c = 0; c < 10000; ++c) {
+    VocabSpec v = tiny_vocab({"a b", "ab c", "\u0120 a"});
+    for (int e = 0, edits = 1 + int(rng() % 3); e < edits; ++e) edit_vocab(v, rng, gen);
+    std::optional<Tokenizer> tok;
+    try {
+      tok.emplace(v);
+    } catch (const Error&) {
+      continue;
+    }
+    ++built;
+    for (int t = 0; t < 4; ++t) {
+      const std::string text = gen.next(1 + rng() % 12) + "<|ctl|>x<u>ab c";
+      for (bool special : {true, false}) {
+        const std::vector<int32_t> ids = tok->encode(text, special);
+        for (int32_t id : ids) ASSERT_LT(size_t(id), tok->n_vocab()) << "case " << c;
+        ASSERT_EQ(tok->decode(ids), text) << "case " << c;
+      }
+    }
+  }
+  std::printf("[ fuzz     ] 10000 vocabularies, %d built and round-tripped\n", built);
+  EXPECT_GT(built, 1000);  // most single edits leave a usable vocabulary
 }
 
 bool is_whole_utf8(std::string_view s) {

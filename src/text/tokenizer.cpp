@@ -27,18 +27,33 @@ int32_t lookup(const TokenIndex& index, std::string_view text) {
   return it == index.end() ? -1 : it->second;
 }
 
-std::array<int32_t, 256> byte_tokens(const TokenIndex& index) {
+bool is_byte_level(TokenType t) {
+  return t == TokenType::normal || t == TokenType::byte;
+}
+
+// BPE's output is decoded by unmapping each token's GPT-2 characters, which only byte-level
+// tokens get: a control token standing for a byte would decode as its spelling ("ĉ", not "\t").
+void require_byte_level(const std::vector<TokenType>& types, int32_t id, std::string_view role) {
+  if (!is_byte_level(types[id])) {
+    fail("tokenizer: token {} ({}) has type {}, but BPE output must be a normal or byte token", id,
+         role, static_cast<int32_t>(types[id]));
+  }
+}
+
+std::array<int32_t, 256> byte_tokens(const TokenIndex& index, const std::vector<TokenType>& types) {
   std::array<int32_t, 256> ids{};
   for (int b = 0; b < 256; ++b) {
     std::string text;
     append_utf8(text, byte_to_char(static_cast<uint8_t>(b)));
     ids[b] = lookup(index, text);
     if (ids[b] < 0) fail("tokenizer: vocabulary has no token for byte 0x{:02X} ('{}')", b, text);
+    require_byte_level(types, ids[b], fmt::format("byte 0x{:02X}", b));
   }
   return ids;
 }
 
-void add_merges(Bpe& bpe, const std::vector<std::string>& merges, const TokenIndex& index) {
+void add_merges(Bpe& bpe, const std::vector<std::string>& merges, const TokenIndex& index,
+                const std::vector<TokenType>& types) {
   bpe.reserve(merges.size());
   std::string joined;
   for (size_t i = 0; i < merges.size(); ++i) {
@@ -53,6 +68,7 @@ void add_merges(Bpe& bpe, const std::vector<std::string>& merges, const TokenInd
     if (l < 0 || r < 0 || j < 0) {
       fail("tokenizer: merge {} ('{}') uses or makes a token not in the vocabulary", i, m);
     }
+    for (const int32_t id : {l, r, j}) require_byte_level(types, id, fmt::format("merge {}", i));
     bpe.add_merge(l, r, j);
   }
 }
@@ -73,10 +89,6 @@ std::string unmap_bytes(const std::string& text, size_t id) {
     pos += c.len;
   }
   return bytes;
-}
-
-bool is_byte_level(TokenType t) {
-  return t == TokenType::normal || t == TokenType::byte;
 }
 
 TokenType to_token_type(int64_t v, size_t id) {
@@ -132,8 +144,8 @@ Tokenizer::Tokenizer(VocabSpec spec) : text_(std::move(spec.tokens)), type_(std:
     fail("tokenizer: {} token types for {} tokens", type_.size(), text_.size());
   }
   const TokenIndex index = index_tokens(text_);
-  bpe_ = Bpe(byte_tokens(index));
-  add_merges(bpe_, spec.merges, index);
+  bpe_ = Bpe(byte_tokens(index, type_));
+  add_merges(bpe_, spec.merges, index, type_);
 
   piece_.reserve(text_.size());
   for (size_t id = 0; id < text_.size(); ++id) {

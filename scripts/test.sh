@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds gdn.cpp and runs every test: the GGUF parser's, the tokenizer's and the model loader's
-# tests (their fuzz tests included) under AddressSanitizer + UBSan first, then the whole suite with CTest. GPU tests skip
-# (visibly) on machines without a GPU.
+# tests (their fuzz tests included) under AddressSanitizer + UBSan first, then the whole suite
+# with CTest. GPU tests skip (visibly) on machines without a GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -163,6 +164,135 @@ TEST(Safetensors, RefusesSizeMismatchAndUnknownDtype) {
 
   write_safetensors(file, {{"ids", "I64", {1}, std::vector<uint8_t>(8)}});
   EXPECT_ERROR_HAS(SafetensorsFile::open(file.string()), "'ids'", "I64");
+}
+
+// Property: whatever a safetensors header says, opening the file either fails with a gdn::Error
+// or gives tensors whose data spans match their shapes and can be read whole.
+class SafetensorsHarness {
+ public:
+  explicit SafetensorsHarness(fs::path file) : file_(std::move(file)) {}
+  int cases() const { return cases_; }
+  int opened() const { return opened_; }
+
+  void check(const std::string& header, const std::vector<uint8_t>& data, const std::string& what) {
+    write_file(file_, header, data);
+    check_file(what);
+  }
+
+  void check_file(const std::string& what) {
+    ++cases_;
+    try {
+      const SafetensorsFile f = SafetensorsFile::open(file_.string());
+      ++opened_;
+      for (const gdn::convert::StTensor& t : f.tensors()) {
+        const int64_t n = t.n_elements();
+        for (int64_t d : t.shape) {
+          if (d < 0) return report(what, "negative dimension in " + t.shape_str());
+        }
+        if (uint64_t(n) * gdn::convert::st_dtype_size(t.dtype) != t.data.size()) {
+          return report(what, "data span does not match shape " + t.shape_str());
+        }
+        std::vector<float> values(static_cast<size_t>(n));
+        t.read_f32(0, n, values.data());
+      }
+    } catch (const gdn::Error&) {
+      // The expected outcome for most mutations.
+    } catch (const std::exception& e) {
+      report(what, std::string("unexpected exception: ") + e.what());
+    }
+  }
+
+ private:
+  void report(const std::string& what, const std::string& problem) {
+    if (++failures_ <= 10) ADD_FAILURE() << what << ": " << problem;
+  }
+
+  fs::path file_;
+  int cases_ = 0, opened_ = 0, failures_ = 0;
+};
+
+TEST(SafetensorsFuzz, HostileHeadersFailCleanly) {
+  TempDir dir;
+  SafetensorsHarness h(dir.path() / "fuzz.safetensors");
+  const std::vector<StEntry> entries = {
+      f32_tensor("a", {2, 3}, {1, 2, 3, 4, 5, 6}),
+      {"b", "BF16", {4}, std::vector<uint8_t>(8, 0x3f)},
+      {"c", "F16", {1, 2, 2}, std::vector<uint8_t>(8, 0x3c)},
+  };
+  std::vector<uint8_t> data;
+  json seed = json::object();
+  for (const StEntry& e : entries) {
+    seed[e.name] = {{"dtype", e.dtype},
+                    {"shape", e.shape},
+                    {"data_offsets", {data.size(), data.size() + e.bytes.size()}}};
+    data.insert(data.end(), e.bytes.begin(), e.bytes.end());
+  }
+  seed["__metadata__"] = {{"format", "pt"}};
+  const json hostile[] = {nullptr,
+                          -1,
+                          1.5,
+                          "x",
+                          true,
+                          json::array(),
+                          json::object(),
+                          {{"k", 1}},
+                          {-1},
+                          {0, -1},
+                          {uint64_t{1} << 63, 0},
+                          {uint64_t{1} << 40, uint64_t{1} << 40, 0},
+                          {uint64_t{1} << 62, 4},
+                          {~uint64_t{0}, 1},
+                          {0, ~uint64_t{0}},
+                          {24, 24},
+                          {0, 24, 48},
+                          json::array({json::array({1})}),
+                          ~uint64_t{0}};
+  // Every field of every entry, and every entry and the metadata as a whole, set to each value.
+  for (const auto& [name, entry] : seed.items()) {
+    std::vector<std::string> fields = {""};
+    for (const auto& [field, value] : entry.items()) fields.push_back(field);
+    for (const std::string& field : fields) {
+      for (const json& v : hostile) {
+        json header = seed;
+        (field.empty() ? header[name] : header[name][field]) = v;
+        h.check(header.dump(), data, fmt::format("{}.{} = {}", name, field, v.dump()));
+        if (field == "shape") {  // with an empty span, so that only the shape can be wrong
+          header[name]["data_offsets"] = {0, 0};
+          h.check(header.dump(), data, fmt::format("{}.shape = {}, empty", name, v.dump()));
+        }
+      }
+    }
+  }
+  // The header's text mutated byte by byte, and its length field set to hostile values.
+  const std::string text = seed.dump();
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 3000; ++i) {
+    std::string t = text;
+    for (int m = 0, n = 1 + int(rng() % 3); m < n; ++m) {
+      const size_t at = rng() % t.size();
+      switch (rng() % 3) {
+        case 0:
+          t[at] = static_cast<char>(rng());
+          break;
+        case 1:
+          t.insert(at, 1, "{}[]\",:0-9e"[rng() % 12]);
+          break;
+        default:
+          t.erase(at, 1);
+      }
+    }
+    h.check(t, data, fmt::format("random header {}", i));
+  }
+  for (uint64_t n :
+       {uint64_t{0}, uint64_t{1}, uint64_t(text.size() + 1), ~uint64_t{0}, uint64_t{1} << 63}) {
+    std::string bytes(8, '\0');
+    std::memcpy(bytes.data(), &n, 8);
+    std::ofstream(dir.path() / "fuzz.safetensors", std::ios::binary | std::ios::trunc)
+        << bytes << text;
+    h.check_file(fmt::format("header length {}", n));
+  }
+  std::printf("[ fuzz     ] %d files, %d opened\n", h.cases(), h.opened());
+  EXPECT_GT(h.opened(), 0);
 }
 
 TEST(Safetensors, ShardedCheckpointFollowsWeightMap) {

@@ -69,12 +69,15 @@ StTensor parse_tensor(const std::string& name, const json& entry, std::span<cons
 
   const json& shape = entry["shape"];
   if (!shape.is_array()) fail("{}: tensor '{}': shape is not an array", path, name);
-  uint64_t count = 1;
+  // Shapes are int64 from here on (n_elements() multiplies them in order), so the product of the
+  // non-zero dimensions must fit one even when a zero dimension makes the tensor empty.
+  uint64_t count = 1, nonzero = 1;
   for (const json& d : shape) {
     const uint64_t dim = json_u64(d, path, name, "shape entry");
-    if (dim != 0 && count > std::numeric_limits<uint64_t>::max() / dim) {
+    if (dim != 0 && nonzero > uint64_t(std::numeric_limits<int64_t>::max()) / dim) {
       fail("{}: tensor '{}': element count of shape {} overflows", path, name, shape.dump());
     }
+    nonzero *= dim != 0 ? dim : 1;
     count *= dim;
     t.shape.push_back(static_cast<int64_t>(dim));
   }

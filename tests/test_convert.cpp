@@ -15,6 +15,7 @@
 
 #include "common/error.h"
 #include "convert/hf_convert.h"
+#include "convert/hf_tokenizer.h"
 #include "convert/safetensors.h"
 #include "gguf/gguf.h"
 #include "model/tensors.h"
@@ -404,6 +405,63 @@ TEST(HfConfig, RefusesUnsupportedOrInconsistent) {
   EXPECT_ERROR_HAS(gdn::convert::parse_hf_config(c), "hidden_act");
 }
 
+// Property: any config.json value, however hostile, is refused with a gdn::Error naming it or
+// parses into hyper-parameters that validate (never a JSON library exception or a model the
+// loader would refuse after the conversion ran).
+TEST(HfConfigFuzz, HostileValuesAreRefusedOrValidate) {
+  const json hostile[] = {nullptr,
+                          -1,
+                          0,
+                          1,
+                          3,
+                          1.5,
+                          1e300,
+                          -1e300,
+                          "8",
+                          "",
+                          true,
+                          json::array(),
+                          json::object(),
+                          {1, 2, 3},
+                          {"linear_attention"},
+                          {{"rope_theta", 1}},
+                          uint64_t{1} << 62,
+                          ~uint64_t{0},
+                          int64_t{-1} << 62};
+  int cases = 0, parsed = 0;
+  auto check = [&](const json& c, const std::string& what) {
+    ++cases;
+    try {
+      const auto cfg = gdn::convert::parse_hf_config(c);
+      ++parsed;
+      cfg.hp.validate();
+    } catch (const gdn::Error&) {
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << what << ": " << e.what();
+    }
+  };
+  const json base = tiny_text_config();
+  for (const auto& [key, value] : base.items()) {
+    for (const json& v : hostile) {
+      json c = base;
+      c[key] = v;
+      check(c, fmt::format("{} = {}", key, v.dump()));
+    }
+    json c = base;
+    c.erase(key);
+    check(c, key + " erased");
+  }
+  for (const auto& [key, value] : base["rope_parameters"].items()) {
+    for (const json& v : hostile) {
+      json c = base;
+      c["rope_parameters"][key] = v;
+      check(c, fmt::format("rope_parameters.{} = {}", key, v.dump()));
+    }
+  }
+  std::printf("[ fuzz     ] %d configs, %d parsed\n", cases, parsed);
+  EXPECT_GT(parsed, 0);
+}
+
 // ---------------------------------------------------------------- end to end
 
 // The HF tensors of tiny_text_config(), written out by hand (not from the converter's plan)
@@ -657,27 +715,103 @@ TEST(ConvertHf, RefusesBadCheckpoints) {
                    "[40, 32]", "[40, 64]");
 }
 
+// tokenizer.json and tokenizer_config.json of a 40-token vocabulary (tiny_text_config's): four
+// BPE tokens, two merges, two added tokens; ids 4-37 are holes.
+json tiny_tokenizer() {
+  return {{"model",
+           {{"type", "BPE"},
+            {"vocab",
+             {{"a", 0},
+              {"b", 1},
+              {"ab", 2},
+              {"\xC4\xA0"
+               "a",
+               3}}},
+            {"merges", json::array({json::array({"a", "b"}), json::array({" ", "a"})})}}},
+          {"added_tokens",
+           {{{"id", 38}, {"content", "<|im_end|>"}, {"special", true}},
+            {{"id", 39}, {"content", "<think>"}, {"special", false}}}}};
+}
+
+json tiny_tokenizer_config() {
+  return {{"pad_token", "<think>"}, {"add_bos_token", false}, {"chat_template", "{{x}}"}};
+}
+
+// JSON pointers to every value in a document, the root's included.
+void pointers(const json& j, const json::json_pointer& at, std::vector<json::json_pointer>& out) {
+  out.push_back(at);
+  if (j.is_object()) {
+    for (const auto& [key, value] : j.items()) pointers(value, at / key, out);
+  } else if (j.is_array()) {
+    for (size_t i = 0; i < j.size(); ++i) pointers(j[i], at / i, out);
+  }
+}
+
+const json kHostileJson[] = {nullptr,
+                             -1,
+                             0,
+                             39,
+                             40,
+                             1.5,
+                             "",
+                             "a",
+                             "<|im_end|>",
+                             true,
+                             json::array(),
+                             json::object(),
+                             {"a", "b", "c"},
+                             {{"content", 5}},
+                             ~uint64_t{0},
+                             int64_t{-1} << 62};
+
+// Property: any value anywhere in tokenizer.json or tokenizer_config.json is refused with a
+// gdn::Error or gives tokenizer metadata with one token type per token, n_vocab of them.
+TEST(HfTokenizerFuzz, HostileValuesAnywhereAreRefusedOrConsistent) {
+  TempDir dir;
+  const json config = tiny_text_config();
+  int cases = 0, converted = 0;
+  auto check = [&](const json& tok, const json& tok_cfg, const std::string& what) {
+    ++cases;
+    std::ofstream(dir.path() / "tokenizer.json", std::ios::trunc) << tok.dump();
+    std::ofstream(dir.path() / "tokenizer_config.json", std::ios::trunc) << tok_cfg.dump();
+    try {
+      gdn::gguf::Metadata meta;
+      gdn::convert::add_hf_tokenizer(dir.path().string(), config, 40, meta,
+                                     [](const std::string&) {});
+      ++converted;
+      EXPECT_EQ(meta.get_string_array("tokenizer.ggml.tokens").size(), 40u) << what;
+      EXPECT_EQ(meta.get_int_array("tokenizer.ggml.token_type").size(), 40u) << what;
+    } catch (const gdn::Error&) {
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << what << ": " << e.what();
+    }
+  };
+  const json tok = tiny_tokenizer(), tok_cfg = tiny_tokenizer_config();
+  for (const bool in_config : {false, true}) {
+    const json& doc = in_config ? tok_cfg : tok;
+    std::vector<json::json_pointer> at;
+    pointers(doc, json::json_pointer(), at);
+    for (const json::json_pointer& p : at) {
+      for (const json& v : kHostileJson) {
+        json edited = doc;
+        edited[p] = v;
+        check(in_config ? tok : edited, in_config ? edited : tok,
+              fmt::format("{}{} = {}", in_config ? "tokenizer_config.json" : "tokenizer.json",
+                          p.to_string(), v.dump()));
+      }
+    }
+  }
+  std::printf("[ fuzz     ] %d tokenizers, %d converted\n", cases, converted);
+  EXPECT_GT(converted, 0);
+}
+
 TEST(ConvertHf, WritesGpt2Tokenizer) {
   TempDir dir;
   json config = tiny_text_config();
   config["eos_token_id"] = 38;
   write_tiny_model(dir.path(), config, true);
-  json tok = {{"model",
-               {{"type", "BPE"},
-                {"vocab",
-                 {{"a", 0},
-                  {"b", 1},
-                  {"ab", 2},
-                  {"\xC4\xA0"
-                   "a",
-                   3}}},
-                {"merges", json::array({json::array({"a", "b"}), json::array({" ", "a"})})}}},
-              {"added_tokens",
-               {{{"id", 38}, {"content", "<|im_end|>"}, {"special", true}},
-                {{"id", 39}, {"content", "<think>"}, {"special", false}}}}};
-  std::ofstream(dir.path() / "tokenizer.json") << tok.dump();
-  json tok_cfg = {{"pad_token", "<think>"}, {"add_bos_token", false}, {"chat_template", "{{x}}"}};
-  std::ofstream(dir.path() / "tokenizer_config.json") << tok_cfg.dump();
+  std::ofstream(dir.path() / "tokenizer.json") << tiny_tokenizer().dump();
+  std::ofstream(dir.path() / "tokenizer_config.json") << tiny_tokenizer_config().dump();
 
   const fs::path out = dir.path() / "tok.gguf";
   gdn::convert::convert_hf(dir.path().string(), out.string(), gdn::quant::Type::F32,

@@ -56,6 +56,13 @@ double number(const json& cfg, const char* key) {
   return v.get<double>();
 }
 
+std::string optional_string(const json& cfg, const char* key, const char* fallback) {
+  if (!cfg.contains(key)) return fallback;
+  if (!cfg[key].is_string())
+    fail("config.json: '{}' must be a string, got {}", key, cfg[key].dump());
+  return cfg[key].get<std::string>();
+}
+
 // A field that must hold one specific value when present, because we implement nothing else.
 template <typename T>
 void require_if_present(const json& cfg, const char* key, const T& expected) {
@@ -68,7 +75,7 @@ void require_if_present(const json& cfg, const char* key, const T& expected) {
 // Selects the text config and the weight prefix of the language model.
 std::pair<const json*, std::string> text_part(const json& config) {
   if (!config.is_object()) fail("config.json: not a JSON object");
-  const std::string model_type = config.value("model_type", "");
+  const std::string model_type = optional_string(config, "model_type", "");
   if (config.contains("architectures") && config["architectures"].is_array() &&
       !config["architectures"].empty()) {
     const json& arch = config["architectures"][0];
@@ -83,7 +90,7 @@ std::pair<const json*, std::string> text_part(const json& config) {
   if (model_type == "qwen3_5") {
     const json& text = field(config, "text_config");
     if (!text.is_object()) fail("config.json: text_config is not an object");
-    const std::string text_type = text.value("model_type", "qwen3_5_text");
+    const std::string text_type = optional_string(text, "model_type", "qwen3_5_text");
     if (text_type != "qwen3_5_text") {
       fail("config.json: text_config.model_type '{}' is not qwen3_5_text", text_type);
     }
@@ -415,22 +422,7 @@ void log_to_stderr(const std::string& line) {
   std::cerr << "convert: " << line << "\n";
 }
 
-}  // namespace
-
-std::vector<int64_t> tiled_v_head_order(int64_t n_k_heads, int64_t n_v_heads) {
-  if (n_k_heads <= 0 || n_v_heads % n_k_heads != 0) {
-    fail("value heads {} are not a multiple of key heads {}", n_v_heads, n_k_heads);
-  }
-  const int64_t per_key = n_v_heads / n_k_heads;
-  std::vector<int64_t> order;
-  // Tiled head j·Hk + g is the j-th value head of key head g, grouped index g·r + j.
-  for (int64_t j = 0; j < per_key; ++j) {
-    for (int64_t g = 0; g < n_k_heads; ++g) order.push_back(g * per_key + j);
-  }
-  return order;
-}
-
-HfConfig parse_hf_config(const json& config) {
+HfConfig read_config(const json& config) {
   const auto [text_ptr, prefix] = text_part(config);
   const json& text = *text_ptr;
   require_if_present(text, "hidden_act", "silu");
@@ -461,6 +453,10 @@ HfConfig parse_hf_config(const json& config) {
   hp.n_ctx_train = positive_int(text, "max_position_embeddings");
   hp.n_nextn =
       text.contains("mtp_num_hidden_layers") ? non_negative_int(text, "mtp_num_hidden_layers") : 0;
+  if (hp.n_layer > HParams::kMaxBlocks || hp.n_nextn > HParams::kMaxBlocks - hp.n_layer) {
+    fail("config.json: num_hidden_layers {} + mtp_num_hidden_layers {} exceed {} blocks",
+         hp.n_layer, hp.n_nextn, HParams::kMaxBlocks);
+  }
   parse_rope(text, hp);
   hp.full_attention_interval = attention_interval(text, hp.n_layer);
   hp.set_layer_kinds_from_interval();
@@ -473,6 +469,25 @@ HfConfig parse_hf_config(const json& config) {
   if (!tie.is_boolean()) fail("config.json: tie_word_embeddings is not a boolean");
   cfg.tie_word_embeddings = tie.get<bool>();
   return cfg;
+}
+
+}  // namespace
+
+std::vector<int64_t> tiled_v_head_order(int64_t n_k_heads, int64_t n_v_heads) {
+  if (n_k_heads <= 0 || n_v_heads % n_k_heads != 0) {
+    fail("value heads {} are not a multiple of key heads {}", n_v_heads, n_k_heads);
+  }
+  const int64_t per_key = n_v_heads / n_k_heads;
+  std::vector<int64_t> order;
+  // Tiled head j·Hk + g is the j-th value head of key head g, grouped index g·r + j.
+  for (int64_t j = 0; j < per_key; ++j) {
+    for (int64_t g = 0; g < n_k_heads; ++g) order.push_back(g * per_key + j);
+  }
+  return order;
+}
+
+HfConfig parse_hf_config(const json& config) {
+  return with_json_errors("config.json", [&] { return read_config(config); });
 }
 
 void convert_hf(const std::string& hf_dir, const std::string& out_gguf, quant::Type type,

@@ -160,13 +160,11 @@ std::string chat_template(const fs::path& dir, const json& tok_cfg) {
   return tmpl.is_string() ? tmpl.get<std::string>() : std::string();
 }
 
-}  // namespace
-
-bool add_hf_tokenizer(const std::string& hf_dir, const json& config, int64_t n_vocab,
-                      gguf::Metadata& meta, const Log& log) {
-  const fs::path dir(hf_dir);
+// Writes the tokenizer.ggml.* keys from the directory's tokenizer.json (and
+// tokenizer_config.json, chat_template.json when present).
+void add_tokenizer(const fs::path& dir, const json& config, int64_t n_vocab, gguf::Metadata& meta,
+                   const Log& log) {
   const fs::path tok_path = dir / "tokenizer.json";
-  if (!fs::exists(tok_path)) return false;
   const json tok = read_json_file(tok_path.string());
   const fs::path cfg_path = dir / "tokenizer_config.json";
   const json tok_cfg = fs::exists(cfg_path) ? read_json_file(cfg_path.string()) : json::object();
@@ -194,6 +192,16 @@ bool add_hf_tokenizer(const std::string& hf_dir, const json& config, int64_t n_v
   if (!tmpl.empty()) meta.set("tokenizer.chat_template", Value::str(tmpl));
   log(fmt::format("tokenizer: {} tokens, {} merges{}", vocab.tokens.size(), merges.size(),
                   tmpl.empty() ? ", no chat template" : ""));
+}
+
+}  // namespace
+
+bool add_hf_tokenizer(const std::string& hf_dir, const json& config, int64_t n_vocab,
+                      gguf::Metadata& meta, const Log& log) {
+  const fs::path dir(hf_dir);
+  if (!fs::exists(dir / "tokenizer.json")) return false;
+  with_json_errors(fmt::format("{}: tokenizer.json or tokenizer_config.json", dir.string()),
+                   [&] { add_tokenizer(dir, config, n_vocab, meta, log); });
   return true;
 }
 

@@ -1,6 +1,7 @@
 // The commands end to end: the built `gdn` binary run on the shared Qwen3.5 vocabulary
 // (gdn tokenize), on the tiny synthetic model carrying it (gdn run), and gdn bench on the CPU.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -271,6 +272,29 @@ TEST(Synth, VocabSetsTheVocabularySize) {
   const Result run = gdn({"run", "-m", out, "--backend", "cpu", "-p", "Hi", "-n", "3"});
   EXPECT_EQ(run.status, 0) << run.err;
   EXPECT_EQ(generated_tokens(run), 3) << run.err;
+}
+
+// Bad arguments end with an exit status and a message naming the problem, never a signal (an
+// uncaught exception aborts: a missing model file once did).
+TEST(Cli, BadArgumentsAreRefusedByName) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"run", "-m", (scratch_dir() / "missing.gguf").string(), "-p", "x"}, "missing.gguf"},
+      {{"eval", "-m", scratch_dir().string(), "--ids", "1"}, scratch_dir().string()},
+      {{"eval", "--preset", "tiny", "--ids", "1", "--greedy", "-2"}, "--greedy"},
+      {{"eval", "--preset", "tiny", "--ids", "1,,2"}, "entry 1"},
+      {{"bench", "--preset", "tiny", "-r", "0"}, "--reps"},
+      {{"bench", "--preset", "tiny", "--rounds", "0"}, "--rounds"},
+      {{"bench", "--preset", "tiny", "-p", "-1"}, "--n-prompt"},
+      {{"bench", "--preset", "tiny", "-n", "-1"}, "--n-gen"},
+      {{"run", "--preset", "tiny", "--vocab", kVocab, "-p", "x", "-c", "0"}, "n_ctx"},
+      {{"synth", "--preset", "tiny", "--type", "q3_k", "-o", "x.gguf"}, "q3_k"},
+  };
+  for (const auto& [args, named] : cases) {
+    const Result r = gdn(args);
+    const std::string line = fmt::format("gdn {}", fmt::join(args, " "));
+    EXPECT_GT(r.status, 0) << line << " ended with a signal or passed\n" << r.err;
+    EXPECT_NE(r.err.find(named), std::string::npos) << line << ": " << r.err;
+  }
 }
 
 }  // namespace

@@ -370,10 +370,12 @@ Run add_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   add_model_options(app, a->model);
   a->model.type = "q1_0";
-  app.add_option("-p,--n-prompt", a->n_prompt, "prompt tokens for the pp test (0: skip)");
-  app.add_option("-n,--n-gen", a->n_gen, "generated tokens for the tg test (0: skip)");
-  app.add_option("-r,--reps", a->reps, "repetitions per round");
-  app.add_option("--rounds", a->rounds, "rounds, tests in rotated order");
+  app.add_option("-p,--n-prompt", a->n_prompt, "prompt tokens for the pp test (0: skip)")
+      ->check(kCount);
+  app.add_option("-n,--n-gen", a->n_gen, "generated tokens for the tg test (0: skip)")
+      ->check(kCount);
+  app.add_option("-r,--reps", a->reps, "repetitions per round")->check(kPositiveCount);
+  app.add_option("--rounds", a->rounds, "rounds, tests in rotated order")->check(kPositiveCount);
   app.add_option("-o,--output", a->output, "md | json")->check(CLI::IsMember({"md", "json"}));
   app.add_flag("--ladder", a->ladder,
                "the ladder table: baseline, rungs added cumulatively, each rung alone, reduced "

@@ -145,7 +145,8 @@ Run add_eval(CLI::App& app) {
          "CUDA Q1_0 products on int8 (default, the fast GEMV) or f32 activations (slower; "
          "compares with the CPU at rounding level)")
       ->check(CLI::IsMember({"int8", "f32"}));
-  app.add_option("--greedy", a->greedy, "continue greedily for N tokens and print their ids");
+  app.add_option("--greedy", a->greedy, "continue greedily for N tokens and print their ids")
+      ->check(kCount);
   return [a] { return run_eval(*a); };
 }
 

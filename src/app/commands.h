@@ -4,11 +4,17 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
 #include <functional>
 
 namespace gdn::app {
 
 using Run = std::function<int()>;
+
+// Bounds of count options (tokens, repetitions): CLI::Range's message names the option and the
+// range, where CLI::PositiveNumber's spells out DBL_MAX.
+inline const CLI::Range kCount(0, INT32_MAX);
+inline const CLI::Range kPositiveCount(1, INT32_MAX);
 
 Run add_eval(CLI::App& app);
 Run add_synth(CLI::App& app);

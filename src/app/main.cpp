@@ -28,6 +28,11 @@ int main(int argc, char** argv) {
   } catch (const gdn::Error& e) {
     fmt::print(stderr, "gdn: error: {}\n", e.what());
     return 1;
+  } catch (const std::exception& e) {
+    // Every input error should be a gdn::Error naming what is wrong; this is the last resort
+    // that keeps one we missed from aborting.
+    fmt::print(stderr, "gdn: error (unexpected): {}\n", e.what());
+    return 1;
   }
   return 1;
 }

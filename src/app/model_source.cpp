@@ -55,7 +55,9 @@ LoadedModel load_model(const ModelArgs& args, const std::string& default_preset)
   LoadedModel lm;
   uint64_t bytes = 0;
   if (!args.path.empty()) {
-    bytes = std::filesystem::file_size(args.path);
+    std::error_code err;
+    bytes = std::filesystem::file_size(args.path, err);
+    if (err) fail("{}: {}", args.path, err.message());
     if (bytes > kBig) fmt::print(stderr, "loading {} ({:.2f} GiB)\n", args.path, gib(bytes));
     lm.file_model = std::make_unique<model::Model>(model::Model::load(args.path));
     lm.model = lm.file_model.get();

@@ -67,8 +67,8 @@ void write_file(const fs::path& path, const std::string& header, const std::vect
 }
 
 // A well-formed safetensors file; `edit` may change the header before it is written.
-void write_safetensors(const fs::path& path, const std::vector<StEntry>& entries,
-                       const std::function<void(json&)>& edit = {}) {
+// The header and the data section of a well-formed safetensors file.
+std::pair<json, std::vector<uint8_t>> safetensors_parts(const std::vector<StEntry>& entries) {
   json header = json::object();
   std::vector<uint8_t> data;
   for (const StEntry& e : entries) {
@@ -78,6 +78,12 @@ void write_safetensors(const fs::path& path, const std::vector<StEntry>& entries
     data.insert(data.end(), e.bytes.begin(), e.bytes.end());
   }
   header["__metadata__"] = {{"format", "pt"}};
+  return {header, data};
+}
+
+void write_safetensors(const fs::path& path, const std::vector<StEntry>& entries,
+                       const std::function<void(json&)>& edit = {}) {
+  auto [header, data] = safetensors_parts(entries);
   if (edit) edit(header);
   write_file(path, header.dump(), data);
 }
@@ -215,20 +221,11 @@ class SafetensorsHarness {
 TEST(SafetensorsFuzz, HostileHeadersFailCleanly) {
   TempDir dir;
   SafetensorsHarness h(dir.path() / "fuzz.safetensors");
-  const std::vector<StEntry> entries = {
+  const auto [seed, data] = safetensors_parts({
       f32_tensor("a", {2, 3}, {1, 2, 3, 4, 5, 6}),
       {"b", "BF16", {4}, std::vector<uint8_t>(8, 0x3f)},
       {"c", "F16", {1, 2, 2}, std::vector<uint8_t>(8, 0x3c)},
-  };
-  std::vector<uint8_t> data;
-  json seed = json::object();
-  for (const StEntry& e : entries) {
-    seed[e.name] = {{"dtype", e.dtype},
-                    {"shape", e.shape},
-                    {"data_offsets", {data.size(), data.size() + e.bytes.size()}}};
-    data.insert(data.end(), e.bytes.begin(), e.bytes.end());
-  }
-  seed["__metadata__"] = {{"format", "pt"}};
+  });
   const json hostile[] = {nullptr,
                           -1,
                           1.5,

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -189,6 +190,76 @@ INSTANTIATE_TEST_SUITE_P(Types, CudaSynthetic,
                          [](const auto& info) {
                            return std::string(quant::type_info(info.param).name);
                          });
+
+// Shapes the presets do not have, each one hyper-parameter away from tiny: head and state sizes,
+// head counts, layer mixes, MTP blocks, conv widths, widths that are no multiple of 128. With f32
+// weights (every width storable) the CUDA executor must either refuse the model with a gdn::Error
+// naming what it cannot run, or track the CPU like TinyModelTracksCpu's float formats (1e-4):
+// never a crash and never a silently different answer.
+TEST(CudaShapes, OddShapesTrackTheCpuOrAreRefusedByName) {
+  REQUIRE_GPU();
+  struct Shape {
+    const char* what;
+    std::function<void(model::HParams&)> edit;
+    bool real = false;  // a shape of a released Qwen3.5 model: must run
+  };
+  const std::vector<Shape> shapes = {
+      {"head_dim 128",
+       [](auto& hp) {
+         hp.head_dim = 128;
+         hp.n_rot = 32;
+       }},
+      {"head_dim 256",
+       [](auto& hp) {
+         hp.head_dim = 256;
+         hp.n_rot = 64;
+       },
+       true},
+      {"full rotary", [](auto& hp) { hp.n_rot = hp.head_dim; }},
+      {"state 128", [](auto& hp) { hp.ssm_d_state = 128; }, true},
+      {"state 32", [](auto& hp) { hp.ssm_d_state = 32; }},
+      {"Hk 1 Hv 3",
+       [](auto& hp) {
+         hp.ssm_n_k_heads = 1;
+         hp.ssm_n_v_heads = 3;
+       }},
+      {"Hk = Hv", [](auto& hp) { hp.ssm_n_v_heads = hp.ssm_n_k_heads; }, true},
+      {"no GQA", [](auto& hp) { hp.n_head_kv = hp.n_head; }},
+      {"GQA 3", [](auto& hp) { hp.n_head = 6; }},
+      {"all attention", [](auto& hp) { hp.full_attention_interval = 1; }},
+      {"all GDN", [](auto& hp) { hp.full_attention_interval = 100; }},
+      {"one MTP block", [](auto& hp) { hp.n_nextn = 1; }, true},
+      {"conv kernel 2", [](auto& hp) { hp.ssm_conv_kernel = 2; }},
+      {"conv kernel 5", [](auto& hp) { hp.ssm_conv_kernel = 5; }},
+      {"embedding 320", [](auto& hp) { hp.n_embd = 320; }},
+      {"ffn 96", [](auto& hp) { hp.n_ff = 96; }},
+      {"vocab 1000", [](auto& hp) { hp.n_vocab = 1000; }},
+  };
+  const std::vector<int32_t> ids = {3, 999, 17, 512, 4, 4, 77, 600, 9, 31};
+  int refused = 0;
+  for (const Shape& shape : shapes) {
+    model::HParams hp = synth::preset("tiny");
+    shape.edit(hp);
+    hp.set_layer_kinds_from_interval();
+    synth::Options o;
+    o.type = quant::Type::F32;
+    auto mem = synth::make_in_memory(hp, o);
+    cpu::CpuExecutor cpu_ex(mem->model, kOpts);
+    try {
+      cuda::CudaExecutor gpu_ex(mem->model, kOpts);
+      const double pre = rel_max_diff(run_prefill(gpu_ex, ids), run_prefill(cpu_ex, ids));
+      const double dec = rel_max_diff(run_decode(gpu_ex, ids), run_decode(cpu_ex, ids));
+      std::printf("%s: cuda vs cpu prefill %.3g, decode %.3g\n", shape.what, pre, dec);
+      EXPECT_LE(pre, 1e-4) << shape.what;
+      EXPECT_LE(dec, 1e-4) << shape.what;
+    } catch (const Error& e) {
+      ++refused;
+      std::printf("%s: refused: %s\n", shape.what, e.what());
+      EXPECT_FALSE(shape.real) << shape.what << " is a released model's shape";
+    }
+  }
+  std::printf("%zu odd shapes, %d refused\n", shapes.size(), refused);
+}
 
 // Graph replay runs the same kernels with the same launch shapes as host launches: the
 // logits must be bit-identical, for prefill and for every decode step.

@@ -54,6 +54,19 @@ TEST(CudaOps, EveryKernelMatchesTheCpuReference) {
 // A family that throws part-way keeps the results it added and gains one failed result of its
 // first op that names the error, so `gdn ops` goes on (host logic: no GPU needed); a family
 // that does not throw is passed through as it is.
+// Host code only: runs without a GPU. Non-finite values fail on either side; a NaN in the
+// reference once scored 0 and passed.
+TEST(CudaOps, CompareFailsOnNonFiniteValuesOnEitherSide) {
+  const std::vector<float> ref = {1.0f, -2.0f, 0.5f};
+  EXPECT_TRUE(cuda::opcheck::compare("op", "s", {1.0f, -2.0f, 0.5f}, ref, 0).passed);
+  EXPECT_FALSE(cuda::opcheck::compare("op", "s", {1.0f, -2.0f, 0.6f}, ref, 1e-3).passed);
+  EXPECT_TRUE(cuda::opcheck::compare("op", "s", {1.0f, -2.0f, 0.6f}, ref, 0.1).passed);
+  EXPECT_FALSE(cuda::opcheck::compare("op", "s", {1.0f, NAN, 0.5f}, ref, 1).passed);
+  EXPECT_FALSE(cuda::opcheck::compare("op", "s", {1.0f, -2.0f, 0.5f}, {1.0f, NAN, 0.5f}, 1).passed);
+  EXPECT_FALSE(cuda::opcheck::compare("op", "s", {NAN, NAN, NAN}, {NAN, NAN, NAN}, 1).passed);
+  EXPECT_FALSE(cuda::opcheck::compare("op", "s", {1.0f}, ref, 1).passed);  // sizes differ
+}
+
 TEST(CudaOps, AFamilyThatThrowsFailsWithoutStoppingTheRun) {
   const cuda::opcheck::Family f{"fake", nullptr, {"fake_op", "fake_other"}};
   cuda::opcheck::Result ok;

@@ -62,8 +62,8 @@ class Context {
   double copy_bw_ = 0;
 };
 
-// Relative max error max|gpu - ref| / max(|ref|) with NaN/inf and unwritten outputs caught;
-// returns a Result with passed set by `tol`.
+// Relative max error max|gpu - ref| / max(|ref|) with NaN/inf and unwritten outputs caught (on
+// either side: a non-finite reference fails too); returns a Result with passed set by `tol`.
 Result compare(const std::string& op, const std::string& shape, const std::vector<float>& gpu,
                const std::vector<float>& ref, double tol);
 

@@ -99,6 +99,31 @@ TEST(Rungs, EachRungRemovesThePredictedStepsAndTheyAdd) {
             sum - removed(Rung::NormGemvFused) - removed(Rung::L2NormFused));
 }
 
+// describe() lists a program step by step: what the rungs removed can be read off it. With every
+// exact rung a GDN layer's decode is five steps; the baseline gathers and scatters its state.
+TEST(Rungs, DescribedProgramsShowEveryStep) {
+  auto m = tiny(quant::Type::Q8_0);
+  std::string text[2];
+  for (const bool all : {false, true}) {
+    const Rungs r = all ? Rungs::exact() : Rungs::none();
+    const model::Program p = model::build_forward(m->model, 1, false, {.rungs = r});
+    text[all] = p.describe();
+    EXPECT_EQ(std::count(text[all].begin(), text[all].end(), '\n'), std::ssize(p.steps));
+  }
+  EXPECT_NE(text[0].find("state_gather L0\ngdn_recurrence L0\nstate_scatter L0\n"),
+            std::string::npos)
+      << text[0];
+  const std::string fused_layer =
+      "embed\n"
+      "mat_mul_fused L0 blk.0.attn_qkv.weight blk.0.attn_gate.weight blk.0.ssm_beta.weight "
+      "blk.0.ssm_alpha.weight silu(attn_gate)\n"
+      "gdn_recurrence L0 state-in-slot state-out-slot +gating +l2norm\n"
+      "mat_mul_fused blk.0.ssm_out.weight\n"
+      "mat_mul_fused blk.0.ffn_gate.weight blk.0.ffn_up.weight\n"
+      "mat_mul_fused blk.0.ffn_down.weight\n";
+  EXPECT_TRUE(text[1].starts_with(fused_layer)) << text[1];
+}
+
 std::vector<float> decode(runtime::Executor& ex, const std::vector<int32_t>& ids) {
   std::vector<float> all, row;
   ex.reset_slot(0);

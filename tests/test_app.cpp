@@ -274,6 +274,29 @@ TEST(Synth, VocabSetsTheVocabularySize) {
   EXPECT_EQ(generated_tokens(run), 3) << run.err;
 }
 
+// gdn eval end to end: the logits file holds [n_ids][n_vocab] f32, prefill and decode write the
+// same bytes and continue with the same greedy ids (the CPU's per-token arithmetic is the same in
+// both modes), and --compare against the same backend agrees exactly.
+TEST(Eval, PrefillAndDecodeWriteTheSameLogitsAndContinuation) {
+  std::string logits[2], greedy[2];
+  for (const bool decode : {false, true}) {
+    const fs::path out = scratch_dir() / (decode ? "decode.bin" : "prefill.bin");
+    const Result r = gdn({"eval", "--preset", "tiny", "--backend", "cpu", "--ids", "1,2,3",
+                          "--mode", decode ? "decode" : "prefill", "--greedy", "3", "--compare",
+                          "cpu", "--logits-out", out.string()});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find("argmax equal at 3/3 positions"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("worst max|d|/max|logit| 0 "), std::string::npos) << r.out;
+    std::smatch ids;
+    ASSERT_TRUE(std::regex_search(r.out, ids, std::regex(R"((^|\n)(\d+,\d+,\d+)\n)"))) << r.out;
+    greedy[decode] = ids[2];
+    logits[decode] = read_file(out);
+    EXPECT_EQ(logits[decode].size(), 3u * 2048u * sizeof(float));
+  }
+  EXPECT_EQ(greedy[0], greedy[1]);
+  EXPECT_TRUE(logits[0] == logits[1]);
+}
+
 // Bad arguments end with an exit status and a message naming the problem, never a signal (an
 // uncaught exception aborts: a missing model file once did).
 TEST(Cli, BadArgumentsAreRefusedByName) {
@@ -288,6 +311,7 @@ TEST(Cli, BadArgumentsAreRefusedByName) {
       {{"bench", "--preset", "tiny", "-n", "-1"}, "--n-gen"},
       {{"run", "--preset", "tiny", "--vocab", kVocab, "-p", "x", "-c", "0"}, "n_ctx"},
       {{"synth", "--preset", "tiny", "--type", "q3_k", "-o", "x.gguf"}, "q3_k"},
+      {{"eval", "--preset", "tiny", "--backend", "foo", "--ids", "1"}, "'foo' (known: auto, cpu"},
   };
   for (const auto& [args, named] : cases) {
     const Result r = gdn(args);
@@ -366,6 +390,17 @@ TEST(Bench, TimelineOnTheCpuIsRefusedWithTheReason) {
   const Result r = bench_tiny({"--timeline"});
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.err.find("the cpu backend has no dispatch timeline"), std::string::npos) << r.err;
+}
+
+// The ladder issue's contract: `gdn bench --help` names every rung.
+TEST(Bench, HelpListsEveryRung) {
+  const Result r = gdn({"bench", "--help"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* rung :
+       {"state-inplace", "state-write-fused", "gating-fused", "l2norm-fused", "conv-inplace",
+        "norm-gemv-fused", "graphs", "state-f16", "state-bf16"}) {
+    EXPECT_NE(r.out.find(rung), std::string::npos) << rung << " missing from:\n" << r.out;
+  }
 }
 
 TEST(Bench, UnknownRungIsRefusedByName) {

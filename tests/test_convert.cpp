@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "convert/hf_convert.h"
 #include "convert/hf_tokenizer.h"
+#include "convert/json_file.h"
 #include "convert/safetensors.h"
 #include "gguf/gguf.h"
 #include "model/tensors.h"
@@ -353,6 +354,16 @@ json tiny_text_config() {
             {"rope_theta", 1e7},
             {"partial_rotary_factor", 0.25},
             {"mrope_section", {1, 1, 0}}}}};
+}
+
+TEST(JsonFile, MissingOrMalformedFilesAreNamed) {
+  TempDir dir;
+  const fs::path file = dir.path() / "config.json";
+  EXPECT_ERROR_HAS(gdn::convert::read_json_file(file.string()), "config.json", "cannot open");
+  std::ofstream(file) << "{\"hidden_size\": 32,";
+  EXPECT_ERROR_HAS(gdn::convert::read_json_file(file.string()), "config.json", "not valid JSON");
+  std::ofstream(file, std::ios::trunc) << "{\"hidden_size\": 32}";
+  EXPECT_EQ(gdn::convert::read_json_file(file.string())["hidden_size"], 32);
 }
 
 TEST(HfConfig, ParsesTextOnlyAndMultimodal) {

@@ -734,5 +734,19 @@ TEST(Errors, UnknownTypeId) {
   }
 }
 
+// Type names as llama.cpp prints them, in any case; an unknown one is refused naming the known.
+TEST(Types, NamesParseInAnyCaseAndUnknownOnesListTheKnown) {
+  for (const Type t : kAllTypes) {
+    const std::string name(type_info(t).name);
+    std::string upper = name;
+    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    EXPECT_EQ(parse_type(name), t);
+    EXPECT_EQ(parse_type(upper), t);
+    EXPECT_EQ(find_type(static_cast<uint32_t>(t)), &type_info(t));
+  }
+  expect_error([] { parse_type("q3_k"); }, {"'q3_k'", "q1_0", "pq2_0"});
+  EXPECT_EQ(find_type(3), nullptr);
+}
+
 }  // namespace
 }  // namespace gdn::quant

@@ -8,9 +8,9 @@
 // padding columns compared bit for bit with the poison (a kernel writing past n_out fails).
 //
 // Shapes: odd n_out (1, 3, 77, 1000) that no row tile or warp divides, n_in of one block,
-// several blocks, 5120 and 17408 (plain formats also 77, which no 16-byte chunk divides); every
-// Bonsai-27B Q1_0 shape and the output head (5120 -> 248320, GEMV); n_tokens 1 (GEMV) and 2, 7,
-// 64, 512 (batched).
+// several blocks, 5120 and 17408 (plain formats also 77, which no 16-byte chunk divides; Q1_0
+// also 20480 and 24704, four quads a chunk); every Bonsai-27B Q1_0 shape and the output head
+// (5120 -> 248320, GEMV); n_tokens 1 (GEMV) and 2, 7, 64, 512 (batched).
 //
 // References and tolerances (max|gpu - ref| / max|ref|, matmul_reference() in matmul.cu):
 //   matmul_q1_0       quant::dot_row_q1_0_q8_128, the kernel's own arithmetic: activations
@@ -653,6 +653,11 @@ void add_fused_checks(Context& ctx, std::vector<Result>& out) {
         fused_case(t, Prologue::HeadRmsNormSiluGate, Epilogue::Store, 4608, {40, 17}, 2304));
     run_fused_case(ctx, out,
                    fused_case(t, Prologue::RmsNorm, Epilogue::Store, 17408, {33}, 0, true));
+    if (t == Type::Q1_0) {  // the four-quad one-launch GEMV (rows longer than 18432)
+      run_fused_case(ctx, out,
+                     fused_case(t, Prologue::RmsNorm, Epilogue::Store, 20480, {77, 33}, 0));
+      run_fused_case(ctx, out, fused_case(t, Prologue::None, Epilogue::AddInto, 24704, {1000}, 0));
+    }
   }
   for (Type t : {Type::F16, Type::Q4_0, Type::Q2_0, Type::PQ2_0}) {
     run_fused_case(ctx, out,
@@ -1116,6 +1121,13 @@ void add_matmul_checks(Context& ctx, std::vector<Result>& out) {
       }
       cases.push_back({t, 5120, 6144, 64, 0, 0, false});
       cases.push_back({t, 5120, 248320, 1, 0, 0, true});
+      // Rows longer than 18432 (four quads a chunk, q1_default_options' kBmma4 / kBmma4Flat),
+      // one of them with a padded quad: no model here has them, so nothing else runs them.
+      for (const int64_t n_in : {20480, 24704}) {
+        cases.push_back({t, n_in, 77, 1, 0, 0, false});
+        cases.push_back({t, n_in, 10240, 1, 0, 0, false});
+        cases.push_back({t, n_in, 1000, 7, 0, 0, false});
+      }
       // Activations on rounding ties: one block per row (a flipped code is visible), and more.
       Case ties{t, 128, 1000, 1, 0, 0, false};
       ties.ties = true;

@@ -297,6 +297,21 @@ TEST(Eval, PrefillAndDecodeWriteTheSameLogitsAndContinuation) {
   EXPECT_TRUE(logits[0] == logits[1]);
 }
 
+// gdn convert on a committed HF fixture: the GGUF it writes runs through gdn eval.
+TEST(Convert, FixtureConvertsAndRuns) {
+  const std::string fixture = std::string(GDN_SOURCE_DIR) + "/tests/fixtures/hf_tiny_eq";
+  const fs::path out = scratch_dir() / "hf_tiny_eq.gguf";
+  const Result c = gdn({"convert", fixture, "-o", out.string(), "--type", "q8_0"});
+  ASSERT_EQ(c.status, 0) << c.err;
+  EXPECT_NE(c.err.find("vocab=512"), std::string::npos) << c.err;
+  const Result e = gdn({"eval", "-m", out.string(), "--ids", "1,2,3", "--backend", "cpu"});
+  ASSERT_EQ(e.status, 0) << e.err;
+  EXPECT_NE(e.err.find("512 logits per token"), std::string::npos) << e.err;
+  const Result bad = gdn({"convert", fixture, "-o", out.string(), "--type", "q9"});
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_NE(bad.err.find("'q9'"), std::string::npos) << bad.err;
+}
+
 // Bad arguments end with an exit status and a message naming the problem, never a signal (an
 // uncaught exception aborts: a missing model file once did).
 TEST(Cli, BadArgumentsAreRefusedByName) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include "convert/hf_tokenizer.h"
 #include "convert/json_file.h"
 #include "convert/safetensors.h"
+#include "fuzz_cases.h"
 #include "gguf/gguf.h"
 #include "model/tensors.h"
 #include "quant/quant.h"
@@ -67,7 +69,6 @@ void write_file(const fs::path& path, const std::string& header, const std::vect
   out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
 }
 
-// A well-formed safetensors file; `edit` may change the header before it is written.
 // The header and the data section of a well-formed safetensors file.
 std::pair<json, std::vector<uint8_t>> safetensors_parts(const std::vector<StEntry>& entries) {
   json header = json::object();
@@ -82,6 +83,7 @@ std::pair<json, std::vector<uint8_t>> safetensors_parts(const std::vector<StEntr
   return {header, data};
 }
 
+// A well-formed safetensors file; `edit` may change the header before it is written.
 void write_safetensors(const fs::path& path, const std::vector<StEntry>& entries,
                        const std::function<void(json&)>& edit = {}) {
   auto [header, data] = safetensors_parts(entries);
@@ -176,11 +178,9 @@ TEST(Safetensors, RefusesSizeMismatchAndUnknownDtype) {
 
 // Property: whatever a safetensors header says, opening the file either fails with a gdn::Error
 // or gives tensors whose data spans match their shapes and can be read whole.
-class SafetensorsHarness {
+class SafetensorsHarness : public gdn::testing::FuzzCases {
  public:
   explicit SafetensorsHarness(fs::path file) : file_(std::move(file)) {}
-  int cases() const { return cases_; }
-  int opened() const { return opened_; }
 
   void check(const std::string& header, const std::vector<uint8_t>& data, const std::string& what) {
     write_file(file_, header, data);
@@ -188,35 +188,26 @@ class SafetensorsHarness {
   }
 
   void check_file(const std::string& what) {
-    ++cases_;
-    try {
+    run(what, [&] {
       const SafetensorsFile f = SafetensorsFile::open(file_.string());
-      ++opened_;
-      for (const gdn::convert::StTensor& t : f.tensors()) {
-        const int64_t n = t.n_elements();
-        for (int64_t d : t.shape) {
-          if (d < 0) return report(what, "negative dimension in " + t.shape_str());
-        }
-        if (uint64_t(n) * gdn::convert::st_dtype_size(t.dtype) != t.data.size()) {
-          return report(what, "data span does not match shape " + t.shape_str());
-        }
-        std::vector<float> values(static_cast<size_t>(n));
-        t.read_f32(0, n, values.data());
-      }
-    } catch (const gdn::Error&) {
-      // The expected outcome for most mutations.
-    } catch (const std::exception& e) {
-      report(what, std::string("unexpected exception: ") + e.what());
-    }
+      for (const gdn::convert::StTensor& t : f.tensors()) check_tensor(t, what);
+    });
   }
 
  private:
-  void report(const std::string& what, const std::string& problem) {
-    if (++failures_ <= 10) ADD_FAILURE() << what << ": " << problem;
+  void check_tensor(const gdn::convert::StTensor& t, const std::string& what) {
+    for (int64_t d : t.shape) {
+      if (d < 0) return fail(what, "negative dimension in " + t.shape_str());
+    }
+    const int64_t n = t.n_elements();
+    if (uint64_t(n) * gdn::convert::st_dtype_size(t.dtype) != t.data.size()) {
+      return fail(what, "data span does not match shape " + t.shape_str());
+    }
+    std::vector<float> values(static_cast<size_t>(n));
+    t.read_f32(0, n, values.data());
   }
 
   fs::path file_;
-  int cases_ = 0, opened_ = 0, failures_ = 0;
 };
 
 TEST(SafetensorsFuzz, HostileHeadersFailCleanly) {
@@ -290,8 +281,8 @@ TEST(SafetensorsFuzz, HostileHeadersFailCleanly) {
         << bytes << text;
     h.check_file(fmt::format("header length {}", n));
   }
-  std::printf("[ fuzz     ] %d files, %d opened\n", h.cases(), h.opened());
-  EXPECT_GT(h.opened(), 0);
+  std::printf("[ fuzz     ] %d files, %d opened\n", h.cases(), h.accepted());
+  EXPECT_GT(h.accepted(), 0);
 }
 
 TEST(Safetensors, ShardedCheckpointFollowsWeightMap) {
@@ -416,7 +407,7 @@ TEST(HfConfig, RefusesUnsupportedOrInconsistent) {
 // Property: any config.json value, however hostile, is refused with a gdn::Error naming it or
 // parses into hyper-parameters that validate (never a JSON library exception or a model the
 // loader would refuse after the conversion ran).
-TEST(HfConfigFuzz, HostileValuesAreRefusedOrValidate) {
+TEST(HfConfigFuzz, HostileValuesAreRefusedByNameOrRoundTrip) {
   const json hostile[] = {nullptr,
                           -1,
                           0,
@@ -433,22 +424,34 @@ TEST(HfConfigFuzz, HostileValuesAreRefusedOrValidate) {
                           {1, 2, 3},
                           {"linear_attention"},
                           {{"rope_theta", 1}},
+                          uint64_t{1} << 32,
                           uint64_t{1} << 62,
                           ~uint64_t{0},
                           int64_t{-1} << 62};
-  int cases = 0, parsed = 0;
+  gdn::testing::FuzzCases h;
   auto check = [&](const json& c, const std::string& what) {
-    ++cases;
-    try {
-      const auto cfg = gdn::convert::parse_hf_config(c);
-      ++parsed;
-      cfg.hp.validate();
-    } catch (const gdn::Error&) {
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << what << ": " << e.what();
-    }
+    h.run(what, [&] {
+      try {
+        const gdn::convert::HfConfig cfg = gdn::convert::parse_hf_config(c);
+        // What the converter would write reads back as the same hyper-parameters.
+        gdn::gguf::Metadata meta;
+        cfg.hp.to_gguf(meta);
+        gdn::model::HParams back = gdn::model::HParams::from_gguf(meta);
+        back.n_vocab = cfg.hp.n_vocab;
+        if (back.summary() != cfg.hp.summary() || back.rope_theta != cfg.hp.rope_theta ||
+            back.rms_eps != cfg.hp.rms_eps || back.n_ctx_train != cfg.hp.n_ctx_train) {
+          h.fail(what, "does not read back: " + back.summary() + " vs " + cfg.hp.summary());
+        }
+      } catch (const gdn::Error& e) {
+        if (!std::string(e.what()).starts_with("config.json")) {
+          h.fail(what, std::string("the error does not name config.json: ") + e.what());
+        }
+        throw;
+      }
+    });
   };
-  const json base = tiny_text_config();
+  json base = tiny_text_config();
+  base["full_attention_interval"] = 2;  // optional: fuzzed too
   for (const auto& [key, value] : base.items()) {
     for (const json& v : hostile) {
       json c = base;
@@ -466,8 +469,8 @@ TEST(HfConfigFuzz, HostileValuesAreRefusedOrValidate) {
       check(c, fmt::format("rope_parameters.{} = {}", key, v.dump()));
     }
   }
-  std::printf("[ fuzz     ] %d configs, %d parsed\n", cases, parsed);
-  EXPECT_GT(parsed, 0);
+  std::printf("[ fuzz     ] %d configs, %d parsed\n", h.cases(), h.accepted());
+  EXPECT_GT(h.accepted(), 0);
 }
 
 // ---------------------------------------------------------------- end to end
@@ -773,26 +776,28 @@ const json kHostileJson[] = {nullptr,
                              int64_t{-1} << 62};
 
 // Property: any value anywhere in tokenizer.json or tokenizer_config.json is refused with a
-// gdn::Error or gives tokenizer metadata with one token type per token, n_vocab of them.
+// gdn::Error or gives tokenizer metadata llama.cpp can read: n_vocab tokens, each with a type in
+// 1..6, and special token ids inside the vocabulary.
 TEST(HfTokenizerFuzz, HostileValuesAnywhereAreRefusedOrConsistent) {
   TempDir dir;
   const json config = tiny_text_config();
-  int cases = 0, converted = 0;
+  gdn::testing::FuzzCases h;
   auto check = [&](const json& tok, const json& tok_cfg, const std::string& what) {
-    ++cases;
     std::ofstream(dir.path() / "tokenizer.json", std::ios::trunc) << tok.dump();
     std::ofstream(dir.path() / "tokenizer_config.json", std::ios::trunc) << tok_cfg.dump();
-    try {
+    h.run(what, [&] {
       gdn::gguf::Metadata meta;
       gdn::convert::add_hf_tokenizer(dir.path().string(), config, 40, meta,
                                      [](const std::string&) {});
-      ++converted;
-      EXPECT_EQ(meta.get_string_array("tokenizer.ggml.tokens").size(), 40u) << what;
-      EXPECT_EQ(meta.get_int_array("tokenizer.ggml.token_type").size(), 40u) << what;
-    } catch (const gdn::Error&) {
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << what << ": " << e.what();
-    }
+      if (meta.get_string_array("tokenizer.ggml.tokens").size() != 40) h.fail(what, "token count");
+      const std::vector<int64_t> types = meta.get_int_array("tokenizer.ggml.token_type");
+      if (types.size() != 40 ||
+          std::ranges::any_of(types, [](int64_t t) { return t < 1 || t > 6; }))
+        h.fail(what, "token types");
+      for (const auto& [key, value] : meta.all()) {
+        if (key.ends_with("_token_id") && meta.get_int(key) >= 40) h.fail(what, key);
+      }
+    });
   };
   const json tok = tiny_tokenizer(), tok_cfg = tiny_tokenizer_config();
   for (const bool in_config : {false, true}) {
@@ -809,8 +814,8 @@ TEST(HfTokenizerFuzz, HostileValuesAnywhereAreRefusedOrConsistent) {
       }
     }
   }
-  std::printf("[ fuzz     ] %d tokenizers, %d converted\n", cases, converted);
-  EXPECT_GT(converted, 0);
+  std::printf("[ fuzz     ] %d tokenizers, %d converted\n", h.cases(), h.accepted());
+  EXPECT_GT(h.accepted(), 0);
 }
 
 TEST(ConvertHf, WritesGpt2Tokenizer) {

@@ -51,9 +51,6 @@ TEST(CudaOps, EveryKernelMatchesTheCpuReference) {
   EXPECT_EQ(cuda::opcheck::run("", false, 1), 0);
 }
 
-// A family that throws part-way keeps the results it added and gains one failed result of its
-// first op that names the error, so `gdn ops` goes on (host logic: no GPU needed); a family
-// that does not throw is passed through as it is.
 // Host code only: runs without a GPU. Non-finite values fail on either side; a NaN in the
 // reference once scored 0 and passed.
 TEST(CudaOps, CompareFailsOnNonFiniteValuesOnEitherSide) {
@@ -67,6 +64,9 @@ TEST(CudaOps, CompareFailsOnNonFiniteValuesOnEitherSide) {
   EXPECT_FALSE(cuda::opcheck::compare("op", "s", {1.0f}, ref, 1).passed);  // sizes differ
 }
 
+// A family that throws part-way keeps the results it added and gains one failed result of its
+// first op that names the error, so `gdn ops` goes on (host logic: no GPU needed); a family
+// that does not throw is passed through as it is.
 TEST(CudaOps, AFamilyThatThrowsFailsWithoutStoppingTheRun) {
   const cuda::opcheck::Family f{"fake", nullptr, {"fake_op", "fake_other"}};
   cuda::opcheck::Result ok;

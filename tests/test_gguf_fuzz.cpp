@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "fuzz_cases.h"
 #include "gguf/gguf.h"
 
 // Under UBSan, stop at the first report: a report that only prints would let the test pass.
@@ -88,26 +89,16 @@ size_t header_size(const Bytes& file) {
   return end;
 }
 
-class Harness {
+// The GGUF reader over one input: refused with a gdn::Error, or parsed into views that all lie
+// inside the input.
+class Harness : public gdn::testing::FuzzCases {
  public:
-  uint64_t cases() const { return cases_; }
-  uint64_t accepted() const { return accepted_; }
-
   void check(const Bytes& bytes, const std::string& what) {
-    ++cases_;
     // An exactly-sized private copy, so AddressSanitizer sees any read past the end.
     const size_t n = bytes.size();
     auto buf = std::make_unique_for_overwrite<uint8_t[]>(n);
     std::copy(bytes.begin(), bytes.end(), buf.get());
-    try {
-      const File f = File::parse({buf.get(), n}, "fuzz.gguf");
-      ++accepted_;
-      check_views(f, buf.get(), n, what);
-    } catch (const Error&) {
-      // The expected outcome for most mutations.
-    } catch (const std::exception& e) {
-      report(what, std::string("unexpected exception: ") + e.what());
-    }
+    run(what, [&] { check_views(File::parse({buf.get(), n}, "fuzz.gguf"), buf.get(), n, what); });
   }
 
  private:
@@ -116,21 +107,12 @@ class Harness {
     for (const TensorInfo& t : f.tensors()) {
       const auto p = reinterpret_cast<uintptr_t>(t.data);
       if (p < lo || t.size > n || p - lo > n - t.size) {
-        report(what, "tensor '" + t.name + "' data lies outside the buffer");
+        fail(what, "tensor '" + t.name + "' data lies outside the buffer");
       }
-      if (f.find_tensor(t.name) != &t) report(what, "tensor '" + t.name + "' not indexed");
+      if (f.find_tensor(t.name) != &t) fail(what, "tensor '" + t.name + "' not indexed");
       (void)t.shape_str();
     }
   }
-
-  void report(const std::string& what, const std::string& problem) {
-    // A systematic bug would fail thousands of cases; a few are enough to diagnose it.
-    if (++failures_ <= 10) ADD_FAILURE() << what << ": " << problem;
-  }
-
-  uint64_t cases_ = 0;
-  uint64_t accepted_ = 0;
-  int failures_ = 0;
 };
 
 template <typename T>
@@ -224,11 +206,10 @@ TEST(GgufFuzz, MutatedFilesFailCleanly) {
   }
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("[ fuzz     ] %llu cases (%llu parsed, the rest rejected) in %.2f s\n",
-              static_cast<unsigned long long>(h.cases()),
-              static_cast<unsigned long long>(h.accepted()), secs);
-  EXPECT_GE(h.cases(), 20000u);
-  EXPECT_GE(h.accepted(), seeds.size());  // at least the unmodified seeds
+  std::printf("[ fuzz     ] %d cases (%d parsed, the rest rejected) in %.2f s\n", h.cases(),
+              h.accepted(), secs);
+  EXPECT_GE(h.cases(), 20000);
+  EXPECT_GE(h.accepted(), int(seeds.size()));  // at least the unmodified seeds
 }
 
 // Property: for random metadata and tensors, writing, parsing and writing again gives the

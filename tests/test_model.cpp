@@ -104,6 +104,11 @@ TEST(HParams, RejectsSizesThatWouldOverflowAndNonFiniteFloats) {
                 gguf::Value::f32(std::numeric_limits<float>::infinity()))
                 .find("layer_norm_rms_epsilon"),
             std::string::npos);
+  // A double beyond float's range: the cast itself would be undefined.
+  EXPECT_NE(set("rope.freq_base", {gguf::ValueType::FLOAT64, 1e300}).find("rope.freq_base"),
+            std::string::npos);
+  EXPECT_NE(set("context_length", gguf::Value::u64(uint64_t{1} << 32)).find("context_length"),
+            std::string::npos);
   EXPECT_EQ(error([](gguf::Metadata&) {}), "");
 }
 

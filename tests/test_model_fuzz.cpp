@@ -1,7 +1,8 @@
 // Property tests for the model loader and the CPU forward behind it: whatever hyper-parameters a
 // GGUF file declares, it either loads into a model whose forward gives finite logits or is
 // refused with a gdn::Error — never a crash, a sanitizer report, another exception or NaN
-// logits (a silent wrong answer). scripts/test.sh runs this binary under ASan + UBSan.
+// logits (a silent wrong answer). scripts/test.sh runs this binary under ASan + UBSan, halting at
+// the first report.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,6 +18,7 @@
 
 #include "common/error.h"
 #include "cpu/cpu_executor.h"
+#include "fuzz_cases.h"
 #include "gguf/gguf.h"
 #include "model/hparams.h"
 #include "model/tensors.h"
@@ -24,11 +26,6 @@
 #include "quant/quant.h"
 #include "quant/types.h"
 #include "synth/synth.h"
-
-// Under UBSan, stop at the first report: a report that only prints would let the test pass.
-extern "C" const char* __ubsan_default_options() {
-  return "halt_on_error=1:print_stacktrace=1";
-}
 
 namespace gdn {
 namespace {
@@ -136,49 +133,29 @@ gguf::Writer copy_of(const gguf::File& f, const gguf::TensorInfo* left_out = nul
   return w;
 }
 
-class Harness {
+// The loader over one file: refused with a gdn::Error, or a model that runs on the CPU with
+// finite logits.
+class Harness : public testing::FuzzCases {
  public:
-  int cases() const { return cases_; }
-  int loaded() const { return loaded_; }
-
-  // Parses and loads the file; a model that loads runs on the CPU.
   // Returns whether the file loaded.
   bool check(const gguf::Writer& w, const std::string& what) {
-    ++cases_;
-    try {
+    return run(what, [&] {
       const std::vector<uint8_t> bytes = w.to_bytes();
       auto file = std::make_shared<const gguf::File>(gguf::File::parse(bytes, "fuzz.gguf"));
-      const model::Model m = model::Model::load(file);
-      ++loaded_;
-      run(m, what);
-      return true;
-    } catch (const Error&) {
-      // The expected outcome for most hostile values.
-    } catch (const std::exception& e) {
-      report(what, std::string("unexpected exception: ") + e.what());
-    }
-    return false;
+      forward(model::Model::load(file), what);
+    });
   }
 
  private:
   // Two tokens, the first and the last id: the second token reads the first one's state and
   // cache.
-  void run(const model::Model& m, const std::string& what) {
+  void forward(const model::Model& m, const std::string& what) {
     cpu::CpuExecutor ex(m, {.n_slots = 1, .n_ctx = 4, .n_threads = 1});
     const std::vector<int32_t> ids = {0, static_cast<int32_t>(m.hp.n_vocab - 1)};
     for (float v : ex.forward_view(ids, 0, true)) {
-      if (!std::isfinite(v)) return report(what, "the model loaded but its logits are not finite");
+      if (!std::isfinite(v)) return fail(what, "the model loaded but its logits are not finite");
     }
   }
-
-  void report(const std::string& what, const std::string& problem) {
-    // A systematic bug would fail many cases; a few are enough to diagnose it.
-    if (++failures_ <= 10) ADD_FAILURE() << what << ": " << problem;
-  }
-
-  int cases_ = 0;
-  int loaded_ = 0;
-  int failures_ = 0;
 };
 
 // Every metadata key of the tiny model set to every hostile value, twice: over the tiny model's
@@ -225,8 +202,8 @@ TEST(ModelFuzz, HostileHyperParametersLoadAndRunOrFailCleanly) {
       h.check(consistent, what + " (tensors of that shape)");
     }
   }
-  std::printf("[ fuzz     ] %d files, %d loaded and ran\n", h.cases(), h.loaded());
-  EXPECT_GT(h.loaded(), 2 * int(original.all().size()));  // the harmless values do load and run
+  std::printf("[ fuzz     ] %d files, %d loaded and ran\n", h.cases(), h.accepted());
+  EXPECT_GT(h.accepted(), 2 * int(original.all().size()));  // the harmless values do load and run
 }
 
 constexpr quant::Type kTypes[] = {quant::Type::F32,  quant::Type::F16,  quant::Type::BF16,
@@ -300,8 +277,8 @@ TEST(ModelFuzz, EveryTensorRetypedOrReshapedLoadsAndRunsOrFailsCleanly) {
           << target.name << " loaded in shape [" << fmt::format("{}", fmt::join(ne, ", ")) << "]";
     }
   }
-  std::printf("[ fuzz     ] %d files, %d loaded and ran\n", h.cases(), h.loaded());
-  EXPECT_GT(h.loaded(), int(tiny.tensors().size()));  // at least every tensor in its own type
+  std::printf("[ fuzz     ] %d files, %d loaded and ran\n", h.cases(), h.accepted());
+  EXPECT_GT(h.accepted(), int(tiny.tensors().size()));  // at least every tensor in its own type
 }
 
 }  // namespace

@@ -171,9 +171,14 @@ TEST(Tokenizer, RejectsInconsistentVocabularies) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("byte 0x09"), std::string::npos) << e.what();
   }
-  VocabSpec control_merge = tiny_vocab({"a b"});
-  control_merge.types[256] = TokenType::user_defined;  // "ab"
-  EXPECT_THROW(Tokenizer{control_merge}, Error);
+  VocabSpec user_defined_merge = tiny_vocab({"a b"});
+  user_defined_merge.types[256] = TokenType::user_defined;  // "ab"
+  try {
+    Tokenizer{user_defined_merge};
+    ADD_FAILURE() << "accepted a merge that makes a user-defined token";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("merge 0"), std::string::npos) << e.what();
+  }
 }
 
 // --- The real vocabulary -------------------------------------------------------------------

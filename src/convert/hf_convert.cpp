@@ -112,14 +112,17 @@ const json& rope_field(const json& text, const char* key) {
 void parse_rope(const json& text, HParams& hp) {
   const json& theta = rope_field(text, "rope_theta");
   if (!theta.is_number()) fail("config.json: missing rope_parameters.rope_theta");
-  hp.rope_theta = static_cast<float>(theta.get<double>());
+  hp.rope_theta = model::hparam_float(theta.get<double>(), "config.json: rope_theta");
 
   // transformers' Qwen3_5TextConfig default when the field is absent.
   const json& prf = rope_field(text, "partial_rotary_factor");
   const double factor = prf.is_number() ? prf.get<double>() : 0.25;
+  if (!(factor > 0 && factor <= 1)) {
+    fail("config.json: partial_rotary_factor must be in (0, 1], got {}", factor);
+  }
   const double rot = static_cast<double>(hp.head_dim) * factor;
-  if (rot != std::floor(rot)) {
-    fail("config.json: head_dim {} x partial_rotary_factor {} is not an integer", hp.head_dim,
+  if (rot != std::floor(rot) || rot > HParams::kMaxWidth) {  // checked before the integer cast
+    fail("config.json: head_dim {} x partial_rotary_factor {} is not an integer width", hp.head_dim,
          factor);
   }
   hp.n_rot = static_cast<int64_t>(rot);
@@ -134,7 +137,8 @@ void parse_rope(const json& text, HParams& hp) {
     }
     hp.rope_sections = {};
     for (size_t i = 0; i < sections.size(); ++i) {
-      if (!sections[i].is_number_integer() || sections[i].get<int64_t>() < 0) {
+      if (!sections[i].is_number_integer() || sections[i].get<int64_t>() < 0 ||
+          sections[i].get<int64_t>() > INT32_MAX) {
         fail("config.json: mrope_section entries must be non-negative integers, got {}",
              sections.dump());
       }
@@ -438,7 +442,7 @@ HfConfig read_config(const json& config) {
   hp.n_head = positive_int(text, "num_attention_heads");
   hp.n_head_kv = positive_int(text, "num_key_value_heads");
   hp.head_dim = positive_int(text, "head_dim");
-  hp.rms_eps = static_cast<float>(number(text, "rms_norm_eps"));
+  hp.rms_eps = model::hparam_float(number(text, "rms_norm_eps"), "config.json: rms_norm_eps");
   hp.ssm_conv_kernel = positive_int(text, "linear_conv_kernel_dim");
   hp.ssm_d_state = positive_int(text, "linear_key_head_dim");
   if (positive_int(text, "linear_value_head_dim") != hp.ssm_d_state) {
@@ -460,7 +464,11 @@ HfConfig read_config(const json& config) {
   parse_rope(text, hp);
   hp.full_attention_interval = attention_interval(text, hp.n_layer);
   hp.set_layer_kinds_from_interval();
-  hp.validate();
+  try {
+    hp.validate();
+  } catch (const Error& e) {  // its message names the GGUF key each config.json field becomes
+    fail("config.json: {}", e.what());
+  }
 
   // Multimodal configs may carry the flag at the root, text-only ones in the text config.
   const json& tie = text.contains("tie_word_embeddings")

@@ -200,7 +200,9 @@ bool add_hf_tokenizer(const std::string& hf_dir, const json& config, int64_t n_v
                       gguf::Metadata& meta, const Log& log) {
   const fs::path dir(hf_dir);
   if (!fs::exists(dir / "tokenizer.json")) return false;
-  with_json_errors(fmt::format("{}: tokenizer.json or tokenizer_config.json", dir.string()),
+  with_json_errors(fmt::format("{}: config.json, tokenizer.json, tokenizer_config.json or "
+                               "chat_template.json",
+                               dir.string()),
                    [&] { add_tokenizer(dir, config, n_vocab, meta, log); });
   return true;
 }

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdint>
+#include <limits>
 
 #include "common/error.h"
 #include "gguf/gguf.h"
@@ -76,13 +78,15 @@ void HParams::validate() const {
   width(ssm_n_v_heads, "ssm.time_step_rank");
   width(ssm_n_k_heads, "ssm.group_count");
   width(n_vocab, "vocabulary size (token_embd rows)");
+  // Bounded apart first (any caller may fill them), so that their sum cannot overflow.
   if (n_layer <= 0 || n_layer > kMaxBlocks || n_nextn < 0 || n_nextn > kMaxBlocks) {
     fail("qwen35 trunk layers {} and MTP blocks {} must be in [1, {}] and [0, {}]", n_layer,
          n_nextn, kMaxBlocks, kMaxBlocks);
   }
   check_block_counts(n_block(), n_nextn);
-  // Each factor is at most kMaxWidth, so these products cannot overflow; bounding them keeps
-  // every tensor's element count (a product of two widths) in int64 too.
+  // Each factor is at most kMaxWidth (2 * n_head at most twice that), so these products stay
+  // below 2^63; bounding them keeps every tensor's element count (a product of two widths) in
+  // int64 too.
   auto product = [](int64_t a, int64_t b, const char* what) {
     if (a * b > kMaxWidth) fail("qwen35 {} = {} x {} exceeds {}", what, a, b, kMaxWidth);
   };
@@ -91,7 +95,9 @@ void HParams::validate() const {
   product(ssm_n_v_heads, ssm_d_state, "ssm.time_step_rank x ssm.state_size");
   product(ssm_n_k_heads, ssm_d_state, "ssm.group_count x ssm.state_size");
   if (conv_dim() > kMaxWidth) fail("qwen35 conv width {} exceeds {}", conv_dim(), kMaxWidth);
-  if (2 * n_embd > kMaxWidth) fail("qwen35 embedding_length {} is too large", n_embd);
+  if (2 * n_embd > kMaxWidth) {  // an MTP block's eh_proj has 2E rows
+    fail("qwen35 embedding_length {} is too large: 2 x it exceeds {}", n_embd, kMaxWidth);
+  }
   if (n_head % n_head_kv != 0) {
     fail("qwen35 attention.head_count {} is not a multiple of head_count_kv {}", n_head, n_head_kv);
   }
@@ -107,6 +113,14 @@ void HParams::validate() const {
   }
   if (!(rope_theta > 0.0f) || !std::isfinite(rope_theta)) {
     fail("qwen35 rope.freq_base must be finite and > 0, got {}", rope_theta);
+  }
+  // Written back as uint32 (to_gguf): a larger value would silently become another one.
+  if (full_attention_interval <= 0 || full_attention_interval > UINT32_MAX) {
+    fail("qwen35 full_attention_interval must be in [1, {}], got {}", UINT32_MAX,
+         full_attention_interval);
+  }
+  if (n_ctx_train < 0 || n_ctx_train > UINT32_MAX) {
+    fail("qwen35 context_length must be in [0, {}], got {}", UINT32_MAX, n_ctx_train);
   }
   if (static_cast<int64_t>(recurrent.size()) != n_block()) {
     fail("qwen35 layer kinds list has {} entries for {} blocks", recurrent.size(), n_block());
@@ -135,14 +149,15 @@ HParams HParams::from_gguf(const gguf::Metadata& meta) {
     fail("qwen35 attention.value_length {} differs from key_length {}", value_length, hp.head_dim);
   }
   hp.n_rot = meta.get_int(key("rope.dimension_count"), hp.head_dim);
-  hp.rope_theta = static_cast<float>(meta.get_float(key("rope.freq_base"), 1e7));
+  hp.rope_theta = hparam_float(meta.get_float(key("rope.freq_base"), 1e7), key("rope.freq_base"));
   if (meta.has(key("rope.dimension_sections"))) {
     const auto sections = meta.get_int_array(key("rope.dimension_sections"));
     for (size_t i = 0; i < sections.size() && i < hp.rope_sections.size(); ++i) {
       hp.rope_sections[i] = static_cast<int32_t>(sections[i]);
     }
   }
-  hp.rms_eps = static_cast<float>(meta.get_float(key("attention.layer_norm_rms_epsilon")));
+  hp.rms_eps = hparam_float(meta.get_float(key("attention.layer_norm_rms_epsilon")),
+                            key("attention.layer_norm_rms_epsilon"));
   hp.ssm_conv_kernel = meta.get_int(key("ssm.conv_kernel"));
   hp.ssm_d_state = meta.get_int(key("ssm.state_size"));
   hp.ssm_n_v_heads = meta.get_int(key("ssm.time_step_rank"));
@@ -202,6 +217,13 @@ void HParams::to_gguf(gguf::Metadata& meta) const {
   std::vector<Value> flags;
   for (int64_t il = 0; il < n_block(); ++il) flags.push_back(Value::boolean(is_recurrent(il)));
   meta.set(key("attention.recurrent_layers"), Value::array(gguf::ValueType::BOOL, flags));
+}
+
+float hparam_float(double v, const std::string& what) {
+  if (!std::isfinite(v) || std::abs(v) > std::numeric_limits<float>::max()) {
+    fail("{} is {}, not a finite float", what, v);
+  }
+  return static_cast<float>(v);
 }
 
 std::string HParams::summary() const {

@@ -62,4 +62,8 @@ struct HParams {
   std::string summary() const;
 };
 
+// A float hyper-parameter read from a file as a double: refused, naming `what`, when it is not
+// finite or beyond float's range (where the cast to float is undefined).
+float hparam_float(double v, const std::string& what);
+
 }  // namespace gdn::model

@@ -33,10 +33,13 @@ bool is_byte_level(TokenType t) {
 
 // BPE's output is decoded by unmapping each token's GPT-2 characters, which only byte-level
 // tokens get: a control token standing for a byte would decode as its spelling ("ĉ", not "\t").
-void require_byte_level(const std::vector<TokenType>& types, int32_t id, std::string_view role) {
+// `role` (what the token is for, in the message) is formatted only on failure: a real vocabulary
+// checks ~450k merge tokens.
+template <typename Role>
+void require_byte_level(const std::vector<TokenType>& types, int32_t id, Role&& role) {
   if (!is_byte_level(types[id])) {
     fail("tokenizer: token {} ({}) has type {}, but BPE output must be a normal or byte token", id,
-         role, static_cast<int32_t>(types[id]));
+         role(), static_cast<int32_t>(types[id]));
   }
 }
 
@@ -47,7 +50,7 @@ std::array<int32_t, 256> byte_tokens(const TokenIndex& index, const std::vector<
     append_utf8(text, byte_to_char(static_cast<uint8_t>(b)));
     ids[b] = lookup(index, text);
     if (ids[b] < 0) fail("tokenizer: vocabulary has no token for byte 0x{:02X} ('{}')", b, text);
-    require_byte_level(types, ids[b], fmt::format("byte 0x{:02X}", b));
+    require_byte_level(types, ids[b], [b] { return fmt::format("byte 0x{:02X}", b); });
   }
   return ids;
 }
@@ -68,7 +71,9 @@ void add_merges(Bpe& bpe, const std::vector<std::string>& merges, const TokenInd
     if (l < 0 || r < 0 || j < 0) {
       fail("tokenizer: merge {} ('{}') uses or makes a token not in the vocabulary", i, m);
     }
-    for (const int32_t id : {l, r, j}) require_byte_level(types, id, fmt::format("merge {}", i));
+    for (const int32_t id : {l, r, j}) {
+      require_byte_level(types, id, [i] { return fmt::format("merge {}", i); });
+    }
     bpe.add_merge(l, r, j);
   }
 }

@@ -325,7 +325,9 @@ TEST(Cli, BadArgumentsAreRefusedByName) {
       {{"bench", "--preset", "tiny", "--rounds", "0"}, "--rounds"},
       {{"bench", "--preset", "tiny", "-p", "-1"}, "--n-prompt"},
       {{"bench", "--preset", "tiny", "-n", "-1"}, "--n-gen"},
-      {{"run", "--preset", "tiny", "--vocab", kVocab, "-p", "x", "-c", "0"}, "n_ctx"},
+      {{"run", "--preset", "tiny", "--vocab", kVocab, "-p", "x", "-c", "0"}, "context (-c)"},
+      {{"eval", "--preset", "tiny", "--ids", "1", "-c", "9000000000000000000"}, "context (-c)"},
+      {{"eval", "--preset", "tiny", "--ids", "1", "-t", "100000"}, "threads (-t)"},
       {{"synth", "--preset", "tiny", "--type", "q3_k", "-o", "x.gguf"}, "q3_k"},
       {{"eval", "--preset", "tiny", "--backend", "foo", "--ids", "1"}, "'foo' (known: auto, cpu"},
   };

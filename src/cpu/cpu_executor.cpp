@@ -1,6 +1,7 @@
 #include "cpu/cpu_executor.h"
 
 #include <algorithm>
+#include <new>
 
 #include "common/error.h"
 #include "quant/quant.h"
@@ -11,8 +12,6 @@ using model::Op;
 
 CpuExecutor::CpuExecutor(const model::Model& model, const runtime::ExecutorOptions& opts)
     : Executor(opts), model_(model), opts_(opts), pool_(opts.n_threads) {
-  if (opts.n_slots <= 0) fail("cpu executor: n_slots must be positive, got {}", opts.n_slots);
-  if (opts.n_ctx <= 0) fail("cpu executor: n_ctx must be positive, got {}", opts.n_ctx);
   slots_.resize(static_cast<size_t>(opts.n_slots));
   for (int s = 0; s < opts.n_slots; ++s) reset_slot(s);
 }
@@ -33,15 +32,24 @@ void CpuExecutor::reset_slot(int slot) {
   s.v.assign(n_layer, {});
   s.conv.assign(n_layer, {});
   s.ssm.assign(n_layer, {});
-  for (size_t il = 0; il < n_layer; ++il) {
-    if (hp.is_recurrent(static_cast<int64_t>(il))) {
-      s.conv[il].assign(static_cast<size_t>((hp.ssm_conv_kernel - 1) * hp.conv_dim()), 0.0f);
-      s.ssm[il].assign(static_cast<size_t>(hp.ssm_n_v_heads * hp.ssm_d_state * hp.ssm_d_state),
-                       0.0f);
-    } else {
-      s.k[il].assign(static_cast<size_t>(opts_.n_ctx * hp.kv_dim()), 0.0f);
-      s.v[il].assign(static_cast<size_t>(opts_.n_ctx * hp.kv_dim()), 0.0f);
+  try {
+    for (size_t il = 0; il < n_layer; ++il) {
+      if (hp.is_recurrent(static_cast<int64_t>(il))) {
+        s.conv[il].assign(static_cast<size_t>((hp.ssm_conv_kernel - 1) * hp.conv_dim()), 0.0f);
+        s.ssm[il].assign(static_cast<size_t>(hp.ssm_n_v_heads * hp.ssm_d_state * hp.ssm_d_state),
+                         0.0f);
+      } else {
+        s.k[il].assign(static_cast<size_t>(opts_.n_ctx * hp.kv_dim()), 0.0f);
+        s.v[il].assign(static_cast<size_t>(opts_.n_ctx * hp.kv_dim()), 0.0f);
+      }
     }
+  } catch (const std::bad_alloc&) {
+    const double kv_gib = 8.0 * double(opts_.n_ctx) * double(hp.kv_dim()) *
+                          double(hp.n_attention()) / double(1u << 30);
+    fail(
+        "cpu executor: cannot allocate slot {}'s caches ({:.2f} GiB of KV cache for a context of "
+        "{} positions; a smaller -c needs less)",
+        slot, kv_gib, opts_.n_ctx);
   }
   s.n_past = 0;
 }

@@ -14,8 +14,6 @@ using model::Op;
 CudaExecutor::CudaExecutor(const model::Model& model, const runtime::ExecutorOptions& opts)
     : Executor(opts), model_(model), opts_(opts) {
   if (!available()) fail("cuda backend: no CUDA device is available");
-  if (opts.n_slots <= 0) fail("cuda executor: n_slots must be positive, got {}", opts.n_slots);
-  if (opts.n_ctx <= 0) fail("cuda executor: n_ctx must be positive, got {}", opts.n_ctx);
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));

@@ -15,6 +15,13 @@
 
 namespace gdn::runtime {
 
+// Bounds every executor enforces before anything is sized by them: slots and positions size the
+// KV caches and recurrent states (products of n_ctx and model widths stay far inside int64), and
+// the CPU starts all its threads at once.
+inline constexpr int kMaxSlots = 4096;
+inline constexpr int64_t kMaxContext = int64_t{1} << 24;
+inline constexpr int kMaxThreads = 1024;
+
 struct ExecutorOptions {
   int n_slots = 1;       // sequences held at once
   int64_t n_ctx = 4096;  // KV cache positions per slot
@@ -92,8 +99,19 @@ class Executor {
   const DispatchCount& last_dispatch_count() const { return last_count_; }
 
  protected:
+  // Refuses options outside the bounds above, naming the option.
   explicit Executor(const ExecutorOptions& o)
-      : build_{.rungs = o.rungs, .null_dispatches = o.null_dispatches} {}
+      : build_{.rungs = o.rungs, .null_dispatches = o.null_dispatches} {
+    if (o.n_slots <= 0 || o.n_slots > kMaxSlots) {
+      fail("executor: n_slots must be in [1, {}], got {}", kMaxSlots, o.n_slots);
+    }
+    if (o.n_ctx <= 0 || o.n_ctx > kMaxContext) {
+      fail("executor: the context (-c) must be in [1, {}] positions, got {}", kMaxContext, o.n_ctx);
+    }
+    if (o.n_threads > kMaxThreads) {
+      fail("executor: at most {} threads (-t), got {}", kMaxThreads, o.n_threads);
+    }
+  }
 
   DispatchCount last_count_;
   model::BuildOptions build_;  // what the next forward's programs are built with

@@ -106,6 +106,21 @@ TEST(Slots, SnapshotAndRollbackAreExact) {
   EXPECT_NE(a, b);
 }
 
+// The KV cache grows with the positions a sequence uses: the largest context the executors
+// take (2^24 positions) would be 16 GiB of K and V per attention layer of the tiny model if
+// allocated up front; grown, it runs, and gives the same logits as a small context.
+TEST(Slots, TheKvCacheGrowsWithTheSequenceNotTheContext) {
+  auto m = tiny(quant::Type::F32);
+  cpu::CpuExecutor a(m->model, {.n_slots = 1, .n_ctx = 16, .n_threads = 2});
+  cpu::CpuExecutor b(m->model, {.n_slots = 1, .n_ctx = int64_t(1) << 24, .n_threads = 2});
+  const std::vector<float> want = decode_all(a, kIds, 0);
+  EXPECT_EQ(decode_all(b, kIds, 0), want);
+  b.reset_slot(0);  // and again from an empty cache, all positions at once
+  std::vector<float> prefill;
+  b.forward(kIds, 0, true, prefill);
+  EXPECT_EQ(prefill, want);
+}
+
 TEST(Slots, ResetForgetsTheSequence) {
   auto m = tiny(quant::Type::Q8_0);
   cpu::CpuExecutor ex(m->model, {.n_slots = 1, .n_ctx = 64, .n_threads = 1});

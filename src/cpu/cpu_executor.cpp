@@ -32,26 +32,40 @@ void CpuExecutor::reset_slot(int slot) {
   s.v.assign(n_layer, {});
   s.conv.assign(n_layer, {});
   s.ssm.assign(n_layer, {});
+  for (size_t il = 0; il < n_layer; ++il) {  // the KV cache grows as positions are used
+    if (hp.is_recurrent(static_cast<int64_t>(il))) {
+      s.conv[il].assign(static_cast<size_t>((hp.ssm_conv_kernel - 1) * hp.conv_dim()), 0.0f);
+      s.ssm[il].assign(static_cast<size_t>(hp.ssm_n_v_heads * hp.ssm_d_state * hp.ssm_d_state),
+                       0.0f);
+    }
+  }
+  s.n_past = 0;
+}
+
+// Room for `positions` in every attention layer's K and V cache of the slot. The cache grows
+// with what a sequence uses, doubling up to the context, not by the context up front: -c 2^24
+// on the tiny model would be 16 GiB of zeros per layer before the first token.
+void CpuExecutor::reserve_kv(Slot& s, int slot, int64_t positions) {
+  const model::HParams& hp = model_.hp;
+  const auto need = static_cast<size_t>(positions * hp.kv_dim());
   try {
-    for (size_t il = 0; il < n_layer; ++il) {
-      if (hp.is_recurrent(static_cast<int64_t>(il))) {
-        s.conv[il].assign(static_cast<size_t>((hp.ssm_conv_kernel - 1) * hp.conv_dim()), 0.0f);
-        s.ssm[il].assign(static_cast<size_t>(hp.ssm_n_v_heads * hp.ssm_d_state * hp.ssm_d_state),
-                         0.0f);
-      } else {
-        s.k[il].assign(static_cast<size_t>(opts_.n_ctx * hp.kv_dim()), 0.0f);
-        s.v[il].assign(static_cast<size_t>(opts_.n_ctx * hp.kv_dim()), 0.0f);
+    for (size_t il = 0; il < s.k.size(); ++il) {
+      if (hp.is_recurrent(static_cast<int64_t>(il)) || s.k[il].size() >= need) continue;
+      const size_t cap = std::min(std::max(need, 2 * s.k[il].size()),
+                                  static_cast<size_t>(opts_.n_ctx * hp.kv_dim()));
+      for (std::vector<float>* c : {&s.k[il], &s.v[il]}) {
+        c->reserve(cap);
+        c->resize(need, 0.0f);
       }
     }
   } catch (const std::bad_alloc&) {
-    const double kv_gib = 8.0 * double(opts_.n_ctx) * double(hp.kv_dim()) *
-                          double(hp.n_attention()) / double(1u << 30);
+    const double kv_gib =
+        8.0 * double(positions) * double(hp.kv_dim()) * double(hp.n_attention()) / double(1u << 30);
     fail(
-        "cpu executor: cannot allocate slot {}'s caches ({:.2f} GiB of KV cache for a context of "
-        "{} positions; a smaller -c needs less)",
-        slot, kv_gib, opts_.n_ctx);
+        "cpu executor: cannot grow slot {}'s KV cache to {} positions ({:.2f} GiB; a shorter "
+        "sequence needs less)",
+        slot, positions, kv_gib);
   }
-  s.n_past = 0;
 }
 
 void CpuExecutor::copy_slot(int src, int dst) {
@@ -109,6 +123,7 @@ std::span<const float> CpuExecutor::run(const model::Program& p, std::span<const
     fail("slot {}: {} cached + {} new tokens exceed the context of {}", slot, s.n_past, p.n_tokens,
          opts_.n_ctx);
   }
+  reserve_kv(s, slot, s.n_past + p.n_tokens);
   buffers_.resize(p.buffers.size());
   for (size_t i = 0; i < p.buffers.size(); ++i) {
     buffers_[i].resize(static_cast<size_t>(p.buffers[i].rows * p.buffers[i].cols));

@@ -10,7 +10,8 @@
 // Shapes: odd n_out (1, 3, 77, 1000) that no row tile or warp divides, n_in of one block,
 // several blocks, 5120 and 17408 (plain formats also 77, which no 16-byte chunk divides; Q1_0
 // also 20480 and 24704, four quads a chunk); every Bonsai-27B Q1_0 shape and the output head
-// (5120 -> 248320, GEMV); n_tokens 1 (GEMV) and 2, 7, 64, 512 (batched).
+// (5120 -> 248320, GEMV); n_tokens 1 (GEMV) and 2, 7, 64, 512 (batched; Q1_0 also 65605, more
+// tokens than one quantise launch's grid takes).
 //
 // References and tolerances (max|gpu - ref| / max|ref|, matmul_reference() in matmul.cu):
 //   matmul_q1_0       quant::dot_row_q1_0_q8_128, the kernel's own arithmetic: activations
@@ -1121,6 +1122,7 @@ void add_matmul_checks(Context& ctx, std::vector<Result>& out) {
       }
       cases.push_back({t, 5120, 6144, 64, 0, 0, false});
       cases.push_back({t, 5120, 248320, 1, 0, 0, true});
+      cases.push_back({t, 128, 3, 65535 + 70, 0, 1, false});  // two quantise launches
       // Rows longer than 18432 (four quads a chunk, q1_default_options' kBmma4 / kBmma4Flat),
       // one of them with a padded quad: no model here has them, so nothing else runs them.
       for (const int64_t n_in : {20480, 24704}) {

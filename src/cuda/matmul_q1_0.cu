@@ -1234,19 +1234,18 @@ void q1_0_quantize(const GpuMatrix& w, const float* x, int64_t ldx, int64_t n_to
   const Geometry geo = geometry(w.n_in);
   auto* words = static_cast<uint32_t*>(act);
   auto* meta = reinterpret_cast<ActMeta*>(words + n_tokens * geo.n_blocks_padded * 32);
-  const dim3 grid(static_cast<unsigned>(ceil_div(geo.n_blocks_padded, kQuantizeBlocks)),
-                  static_cast<unsigned>(n_tokens));
   const int n_in = static_cast<int>(w.n_in), n_blocks = static_cast<int>(geo.n_blocks_padded);
   const int vec = aligned16(x) && ldx % 4 == 0;
   const dim3 block(kQuantizeBlocks * 16);
-  if (uses_planes(v)) {
-    launch(&q1_quantize_kernel<true>, grid, block, 0, true, s, x, ldx, n_in, n_blocks, vec, words,
-           meta);
-  } else {
-    launch(&q1_quantize_kernel<false>, grid, block, 0, true, s, x, ldx, n_in, n_blocks, vec, words,
-           meta);
+  const auto kernel = uses_planes(v) ? &q1_quantize_kernel<true> : &q1_quantize_kernel<false>;
+  // A token per grid row: batches longer than grid.y's limit in several launches.
+  for (int64_t t0 = 0; t0 < n_tokens; t0 += detail::kMaxGridY) {
+    const int64_t nt = std::min(n_tokens - t0, detail::kMaxGridY);
+    const dim3 grid(ceil_div(geo.n_blocks_padded, kQuantizeBlocks), static_cast<unsigned>(nt));
+    launch(kernel, grid, block, 0, true, s, x + t0 * ldx, ldx, n_in, n_blocks, vec,
+           words + t0 * n_blocks * 32, meta + t0 * n_blocks);
+    CUDA_CHECK_LAUNCH();
   }
-  CUDA_CHECK_LAUNCH();
 }
 
 void q1_0_product(const GpuMatrix& w, const void* act, float* y, int64_t ldy, int64_t n_tokens,

@@ -435,6 +435,60 @@ void print_fused_timelines(Timer& timer) {
   }
 }
 
+// Batched products (prefill): the b1 product matmul() ran before the int8 one (q1_default_options
+// for one token, two launches) against kImma, product kernel alone after its quantise kernel,
+// weights rotated beyond L2, and how far apart their outputs are (both sum exact block integers
+// in block order; only the b1 kernel's lane and slice sums differ). Sets kImmaMinTokens.
+void print_batched(Timer& timer) {
+  const cudaStream_t s = timer.s;
+  fmt::print("\nbatched product alone (us; b1 = matmul()'s product before kImma):\n");
+  fmt::print("{:<14} {:>6} {:>10} {:>10} {:>7} {:>10} {:>9}\n", "shape", "tokens", "b1", "imma",
+             "b1/imma", "imma TMAC/s", "max|diff|");
+  const std::pair<int64_t, int64_t> shapes[] = {
+      {5120, 17408}, {17408, 5120}, {5120, 10240}, {6144, 5120}};
+  for (const auto& nm : shapes) {
+    const int64_t n_in = nm.first, n_out = nm.second;
+    const auto host = random_q1_0(n_in, n_out, 99 + n_out);
+    const double wbytes = double(quant::row_bytes(quant::Type::Q1_0, n_in)) * double(n_out);
+    const int n_copies = static_cast<int>(std::ceil(kRotateBytes / wbytes)) + 1;
+    const std::vector<GpuMatrix> copies = upload_copies(host, n_in, n_out, n_copies, s);
+    for (const int64_t T : {8, 16, 32, 64, 128, 512}) {
+      std::mt19937 rng(static_cast<uint32_t>(T * 7 + n_in));
+      std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+      std::vector<float> x(static_cast<size_t>(T * n_in));
+      for (float& v : x) v = dist(rng);
+      DeviceBuffer dx(x.size() * sizeof(float)), dy(static_cast<size_t>(T * n_out) * sizeof(float));
+      CUDA_CHECK(cudaMemcpyAsync(dx.get(), x.data(), dx.bytes(), cudaMemcpyHostToDevice, s));
+      mm::Q1Options b1 = mm::q1_default_options(n_in, n_out);
+      b1.one_launch = false;
+      mm::Q1Options imma;
+      imma.variant = mm::Q1Variant::kImma;
+      double us[2];
+      std::vector<float> y[2];
+      for (int v = 0; v < 2; ++v) {
+        const mm::Q1Options& o = v == 0 ? b1 : imma;
+        DeviceBuffer act(mm::q1_0_workspace_bytes(n_in, T));
+        mm::q1_0_quantize(copies[0], dx.as<float>(), n_in, T, act.get(), o.variant, s);
+        us[v] = timer.graph_us([&](int i) {
+          mm::q1_0_product(copies[static_cast<size_t>(i) % copies.size()], act.get(),
+                           dy.as<float>(), n_out, T, o, s);
+        });
+        y[v].resize(static_cast<size_t>(T * n_out));
+        CUDA_CHECK(cudaMemcpyAsync(y[v].data(), dy.get(), dy.bytes(), cudaMemcpyDeviceToHost, s));
+        CUDA_CHECK(cudaStreamSynchronize(s));
+      }
+      double diff = 0, max_ref = 0;
+      for (size_t i = 0; i < y[0].size(); ++i) {
+        diff = std::max(diff, double(std::fabs(y[0][i] - y[1][i])));
+        max_ref = std::max(max_ref, double(std::fabs(y[0][i])));
+      }
+      fmt::print("{:<14} {:>6} {:>10.2f} {:>10.2f} {:>7.2f} {:>10.1f} {:>9.1e}\n",
+                 fmt::format("{}->{}", n_in, n_out), T, us[0], us[1], us[0] / us[1],
+                 double(n_in) * double(n_out) * double(T) / us[1] / 1e6, diff / max_ref);
+    }
+  }
+}
+
 int run() {
   CUDA_CHECK(cudaSetDevice(0));
   cudaStream_t s;
@@ -444,6 +498,7 @@ int run() {
   fmt::print("copy bandwidth: {:.0f} GB/s (read + write)\n", copy_bw / 1e9);
   Timer timer(s);
   print_mma_rates(timer);
+  print_batched(timer);
 
   std::vector<Variant> variants;
   for (auto v : {mm::Q1Variant::kBmma2, mm::Q1Variant::kBmma2Flat, mm::Q1Variant::kBmma4,

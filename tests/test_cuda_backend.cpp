@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <functional>
+#include <random>
 #include <span>
 #include <string>
 #include <string_view>
@@ -15,6 +17,7 @@
 #include "cuda/cuda_executor.h"
 #include "cuda/device.h"
 #include "cuda/op_check.h"
+#include "cuda/q1_imma.h"
 #include "cuda/timeline.h"
 #include "executor_checks.h"
 #include "hf_fixture.h"
@@ -176,7 +179,9 @@ TEST_P(CudaSynthetic, TinyModelTracksCpu) {
   like.q8_activations = q1;
   cpu::CpuExecutor cpu_ex(mem->model, like), exact(mem->model, kOpts);
   cuda::CudaExecutor gpu_ex(mem->model, kOpts);
-  const std::vector<int32_t> ids = {3, 1999, 17, 512, 4, 4, 1024, 77, 1500, 9, 600, 31};
+  // 20 ids: the prefill's Q1_0 products take the int8 tensor-core kernel (16 tokens and more).
+  const std::vector<int32_t> ids = {3,   1999, 17,  512, 4,    4, 1024, 77,  1500, 9,
+                                    600, 31,   250, 2,   1777, 8, 90,   404, 12,   1200};
   const std::vector<float> gpu_pre = run_prefill(gpu_ex, ids), gpu_dec = run_decode(gpu_ex, ids);
   const double pre = rel_max_diff(gpu_pre, run_prefill(cpu_ex, ids));
   const double dec = rel_max_diff(gpu_dec, run_decode(cpu_ex, ids));
@@ -203,6 +208,74 @@ INSTANTIATE_TEST_SUITE_P(Types, CudaSynthetic,
                          [](const auto& info) {
                            return std::string(quant::type_info(info.param).name);
                          });
+
+// Host only (runs without a GPU): the int8 prefill product's operands (cuda/q1_imma.h) fed
+// through an emulation of mma.sync m16n8k32 .s8 built from the PTX ISA's fragment layout
+// (A: a0 row g k 4t..4t+3, a1 row g+8, a2 / a3 the same at k + 16; B: b0 k 4t..4t+3 column g,
+// b1 at k + 16; D: c0 / c1 row g columns 2t / 2t+1, c2 / c3 row g+8). Weight words and codes
+// are random; the reference is the block's dot of signs and codes straight from the element
+// order (weight word t bit i = element 32t+i; code word t*8+k byte i = element 32t+8i+k).
+TEST(Q1Imma, FragmentsGiveEachRowAndTokenItsSignedBlockDot) {
+  using cuda::mm::imma_b_word;
+  using cuda::mm::imma_bits;
+  using cuda::mm::imma_signed_dot;
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<uint32_t> word;
+  std::uniform_int_distribution<int> code(-127, 127);
+  for (int trial = 0; trial < 20; ++trial) {
+    uint32_t w[16][4];  // rows x words of one block
+    int8_t q[8][128];   // tokens x elements
+    for (auto& r : w)
+      for (auto& v : r) v = word(rng);
+    for (auto& t : q)
+      for (auto& v : t) v = static_cast<int8_t>(code(rng));
+    const auto code_word = [&](int n, int idx) {  // dp4a word idx (t*8 + k) of token n
+      const int t = idx / 8, k = idx % 8;
+      uint32_t v = 0;
+      for (int i = 0; i < 4; ++i) v |= uint32_t(uint8_t(q[n][32 * t + 8 * i + k])) << (8 * i);
+      return v;
+    };
+    const auto byte = [](uint32_t v, int i) { return static_cast<int8_t>(v >> (8 * i)); };
+    int d[32][4] = {};  // per lane, the four D registers summed over the block's mmas
+    for (int j = 0; j < 4; ++j) {
+      int8_t a[16][32], b[32][8];
+      for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane / 4, t = lane % 4;
+        const uint32_t regs[4] = {imma_bits(w[g][t], 2 * j), imma_bits(w[g + 8][t], 2 * j),
+                                  imma_bits(w[g][t], 2 * j + 1), imma_bits(w[g + 8][t], 2 * j + 1)};
+        for (int i = 0; i < 4; ++i) {
+          a[g][4 * t + i] = byte(regs[0], i);
+          a[g + 8][4 * t + i] = byte(regs[1], i);
+          a[g][16 + 4 * t + i] = byte(regs[2], i);
+          a[g + 8][16 + 4 * t + i] = byte(regs[3], i);
+          b[4 * t + i][g] = byte(code_word(g, imma_b_word(t, j, 0)), i);
+          b[16 + 4 * t + i][g] = byte(code_word(g, imma_b_word(t, j, 1)), i);
+        }
+      }
+      for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane / 4, t = lane % 4;
+        for (int c = 0; c < 4; ++c) {
+          const int row = g + 8 * (c / 2), col = 2 * t + c % 2;
+          for (int k = 0; k < 32; ++k) d[lane][c] += a[row][k] * b[k][col];
+        }
+      }
+    }
+    for (int lane = 0; lane < 32; ++lane) {
+      const int g = lane / 4, t = lane % 4;
+      for (int c = 0; c < 4; ++c) {
+        const int row = g + 8 * (c / 2), col = 2 * t + c % 2;
+        int want = 0, sum = 0;
+        for (int e = 0; e < 128; ++e) {
+          const int sign = (w[row][e / 32] >> (e % 32)) & 1 ? 1 : -1;
+          want += sign * q[col][e];
+          sum += q[col][e];
+        }
+        ASSERT_EQ(imma_signed_dot(d[lane][c], sum), want)
+            << "trial " << trial << " row " << row << " token " << col;
+      }
+    }
+  }
+}
 
 // Shapes the presets do not have, each one hyper-parameter away from tiny: head and state sizes,
 // head counts, layer mixes, MTP blocks, conv widths, widths that are no multiple of 128. With f32

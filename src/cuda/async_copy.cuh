@@ -1,7 +1,7 @@
-// Shared-memory mbarriers, bulk copies (cp.async.bulk, sm_90) and the acquire load of a
-// GPU-wide counter: the pieces of a kernel that streams weights into shared memory and meets
-// at grid barriers (the GEMV chain, matmul_q1_0.cu; the split-K MLP of branch
-// exp/s27-split-k-mlp used them too).
+// Shared-memory mbarriers, bulk copies (cp.async.bulk, sm_90), 16-byte cp.async and the acquire
+// load of a GPU-wide counter: the pieces of a kernel that streams weights into shared memory and
+// meets at grid barriers (the GEMV chain, matmul_q1_0.cu; the split-K MLP of branch
+// exp/s27-split-k-mlp used them too), and of the int8 prefill product's staging.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -40,6 +40,23 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned b
           "r"(smem_addr(dst)),
       "l"(src), "r"(bytes), "r"(smem_addr(b))
       : "memory");
+}
+
+// 16 bytes from global src to shared dst (both 16-byte aligned), or 16 zero bytes when !valid
+// (src is then not read): cp.async with the source size 0 fills the rest with zeros. Completes
+// with the thread's next cp_async_commit group.
+__device__ __forceinline__ void cp_async_or_zero(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+// Waits until at most kPending of this thread's committed groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
 }
 
 __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {

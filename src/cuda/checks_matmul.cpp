@@ -10,8 +10,9 @@
 // Shapes: odd n_out (1, 3, 77, 1000) that no row tile or warp divides, n_in of one block,
 // several blocks, 5120 and 17408 (plain formats also 77, which no 16-byte chunk divides; Q1_0
 // also 20480 and 24704, four quads a chunk); every Bonsai-27B Q1_0 shape and the output head
-// (5120 -> 248320, GEMV); n_tokens 1 (GEMV) and 2, 7, 64, 512 (batched; Q1_0 also 65605, more
-// tokens than one quantise launch's grid takes).
+// (5120 -> 248320, GEMV); n_tokens 1 (GEMV) and 2, 7, 64, 512 (batched; Q1_0 also 16, 20, 65,
+// 130, 5120 -> 17408 at 512 for the int8 prefill product, and 65605, more tokens than one
+// quantise launch's grid takes).
 //
 // References and tolerances (max|gpu - ref| / max|ref|, matmul_reference() in matmul.cu):
 //   matmul_q1_0       quant::dot_row_q1_0_q8_128, the kernel's own arithmetic: activations
@@ -47,11 +48,11 @@
 //                             tolerance. (The prologue kernels themselves are checked against
 //                             the CPU by the ops family.)
 //
-// With --perf, GEMV cases of the Bonsai shapes are timed with enough uploaded copies of the
-// matrix that they exceed 150 MB (rotated by launch index, so weights come from DRAM as in
-// decode); Result.bytes = the weights as stored on the GPU + x + y. Q1_0 matmul() for one token
-// is the path q1_default_options picks (the two-launch one for two-quad shapes). The fused Bonsai
-// cases are timed the same way (bytes add gate / norm and the residual read).
+// With --perf, GEMV cases of the Bonsai shapes (and one prefill batch) are timed with enough
+// uploaded copies of the matrix that they exceed 150 MB (rotated by launch index, so weights come
+// from DRAM as in decode); Result.bytes = the weights as stored on the GPU + x + y. Q1_0 matmul()
+// for one token is the path q1_default_options picks (the two-launch one for two-quad shapes). The
+// fused Bonsai cases are timed the same way (bytes add gate / norm and the residual read).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -315,7 +316,7 @@ void run_case(Context& ctx, std::vector<Result>& out, const Case& c) {
       matmul(copies[static_cast<size_t>(i) % copies.size()], dx.as<float>(), ldx, dy.as<float>(),
              ldy, T, ws, s);
     });
-    r.bytes = double(bytes) + 4.0 * double(c.n_in + c.n_out);
+    r.bytes = double(bytes) + 4.0 * double(c.n_in + c.n_out) * double(T);
   }
   out.push_back(r);
 }
@@ -1122,6 +1123,13 @@ void add_matmul_checks(Context& ctx, std::vector<Result>& out) {
       }
       cases.push_back({t, 5120, 6144, 64, 0, 0, false});
       cases.push_back({t, 5120, 248320, 1, 0, 0, true});
+      // Prefill batches (the int8 product from kImmaMinTokens tokens): a whole 512-token
+      // prompt through the widest Bonsai matrix (timed), token counts that leave a CTA's
+      // groups of 8 and of 32 partly empty, a partial row-tile CTA (1000 rows), a padded quad.
+      cases.push_back({t, 5120, 17408, 512, 0, 0, true});
+      cases.push_back({t, 17408, 5120, 130, 0, 3, false});
+      cases.push_back({t, 6144, 5120, 65, 2, 0, false});
+      cases.push_back({t, 640, 1000, 16, 0, 0, false});
       cases.push_back({t, 128, 3, 65535 + 70, 0, 1, false});  // two quantise launches
       // Rows longer than 18432 (four quads a chunk, q1_default_options' kBmma4 / kBmma4Flat),
       // one of them with a padded quad: no model here has them, so nothing else runs them.
@@ -1137,6 +1145,8 @@ void add_matmul_checks(Context& ctx, std::vector<Result>& out) {
       ties.n_in = 2048;
       cases.push_back(ties);
       ties.n_tokens = 7;
+      cases.push_back(ties);
+      ties.n_tokens = 20;
       cases.push_back(ties);
     }
     for (const Case& c : cases) run_case(ctx, out, c);

@@ -328,8 +328,8 @@ void matmul(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int64_t l
       if (w.f32_activations) {
         mm::matmul_q1_0_f32act(w, x, ldx, y, ldy, n_tokens, s);
       } else {
-        mm::matmul_q1_0(w, x, ldx, y, ldy, n_tokens, ws, mm::q1_default_options(w.n_in, w.n_out),
-                        s);
+        mm::matmul_q1_0(w, x, ldx, y, ldy, n_tokens, ws,
+                        mm::q1_default_options(w.n_in, w.n_out, n_tokens), s);
       }
       return;
     case quant::Type::Q8_0:

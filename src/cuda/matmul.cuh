@@ -907,10 +907,11 @@ unsigned matmul_fused_2bit(const FusedGemv& f, cudaStream_t s);
 // uses the default.
 // kBmma<Q>: b1 mma, Q quads (Q * 512 weights of each of 16 rows) per warp, the next row tile's
 // loads issued before the current one is computed; *Flat: without that prefetch (fewer
-// registers, more warps); kDp4a2: dp4a arithmetic, 2 quads, prefetch. Flat and prefetch
-// variants of one Q add in the same order (bit-identical); the one-launch kernel exists for
-// kBmma2 and kBmma4 and is bit-identical to their two-launch path.
-enum class Q1Variant { kBmma2, kBmma2Flat, kBmma4, kBmma4Flat, kDp4a2 };
+// registers, more warps); kDp4a2: dp4a arithmetic, 2 quads, prefetch; kImma: int8 tensor
+// cores on the dp4a codes, 8 row tiles x 32 tokens a CTA (the prefill product). Flat and
+// prefetch variants of one Q add in the same order (bit-identical); the one-launch kernel
+// exists for kBmma2 and kBmma4 and is bit-identical to their two-launch path.
+enum class Q1Variant { kBmma2, kBmma2Flat, kBmma4, kBmma4Flat, kDp4a2, kImma };
 struct Q1Options {
   Q1Variant variant = Q1Variant::kBmma2;
   bool pdl = true;  // the GEMV starts its weight loads while the previous kernel runs
@@ -920,8 +921,9 @@ struct Q1Options {
 };
 const char* q1_variant_name(Q1Variant v);
 // The variant matmul() uses for this shape (one_launch set for one token when it is the
-// faster path; n_out 0: the one-launch variant, as matmul_fused runs it).
-Q1Options q1_default_options(int64_t n_in, int64_t n_out);
+// faster path; n_out 0: the one-launch variant, as matmul_fused runs it; kImma from
+// kImmaMinTokens tokens).
+Q1Options q1_default_options(int64_t n_in, int64_t n_out, int64_t n_tokens = 1);
 GpuMatrix upload_q1_0(const model::Matrix& m, cudaStream_t s);
 size_t q1_0_workspace_bytes(int64_t n_in, int64_t n_tokens);
 // Quantises x into act (q1_0_workspace_bytes(n_in, n_tokens) bytes) for the given variant.

@@ -88,6 +88,7 @@
 #include "cuda/matmul.cuh"
 #include "cuda/q1_chain.h"
 #include "cuda/q1_dot.cuh"
+#include "cuda/q1_imma.h"
 #include "quant/quant.h"
 
 namespace gdn::cuda::mm {
@@ -272,6 +273,168 @@ __global__ void __launch_bounds__(32 * max_slices(kQ)) q1_kernel(Q1Args a) {
       w.process(group, c, buf0);
       advance(group, c);
       if (group < n_groups) w.load(group, c, buf0);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The int8 tensor-core product (Q1Variant::kImma; many tokens: prefill)
+//
+// Why: the b1 kernel above finishes every block with a per-token epilogue of ~17 warp
+// instructions per 2048 multiply-adds (two plane weights, I2F, scales), so at 512 tokens its
+// GEMMs are bound by that epilogue, not by the tensor cores. Here one `mma.sync m16n8k32 .s8`
+// takes 16 rows x 8 tokens x 32 elements at once (q1_imma.h derives the operands): the weights'
+// bits as 0/1 bytes (one shift and mask of a word the lane holds, reused for 4 x 8 tokens) and
+// the dp4a code words exactly as the quantise kernel stores them. Each block's integer dot
+// comes out of four mmas exact and is added as float(I) * (d_w * d_x), in block order, as the
+// GEMV does. Per 16 rows x 8 tokens x 128 elements a warp issues ~34 instructions (4 MMA, 2
+// LDS.128 of codes, 2 LDS.64 of scales, 4 x IMAD + I2F + FMUL + FFMA, and a quarter of the 32
+// SHF/LOP that make a block's A registers), where the b1 kernel issues 8 x ~17.5.
+//
+// A CTA is kImmaWarps row tiles (a warp each) x kImmaTokens tokens (4 groups of 8) and walks
+// n_in a quad (4 blocks) at a time. The tokens' codes and scales of a quad are staged in
+// shared memory by cp.async, two stages (the next quad's copies fly while this one is
+// computed); each warp streams its own weights into registers one quad ahead.
+
+constexpr int kImmaWarps = 8;
+constexpr int kImmaTokens = 32;
+constexpr int kImmaGroups = kImmaTokens / 8;  // the mma's n = 8 tokens
+// Batches of at least this many tokens take the int8 product (q1_default_options). A guess
+// from the instruction counts (the b1 kernel's epilogue costs about what a group of 8 tokens
+// costs here) until bench/gemv_lab's batch table measures it.
+constexpr int kImmaMinTokens = 16;
+constexpr int kImmaChunks = kQuadBlocks * 32 / 4;  // 16-byte chunks of a token's quad of codes
+
+// One stage: a quad of codes and scales of the CTA's tokens. Token n's chunk c sits at
+// n * kImmaChunks + (c ^ (n & 1)): the eight lanes of a quarter warp (tokens 2m and 2m+1,
+// chunks 2t + h) then read eight distinct 16-byte bank groups.
+struct ImmaStage {
+  uint4 codes[kImmaTokens * kImmaChunks];
+  ActMeta meta[kImmaTokens * kQuadBlocks];
+};
+
+__device__ __forceinline__ int imma_chunk_pos(int n, int c) {
+  return n * kImmaChunks + (c ^ (n & 1));
+}
+
+// The CTA's copies of quad q into st (zeros for tokens past n_tokens); one commit group.
+__device__ __forceinline__ void imma_stage(const Q1Args& a, int tok0, int q, ImmaStage& st) {
+  const int n_blocks = a.n_quads * kQuadBlocks;
+  constexpr int kThreads = kImmaWarps * 32;
+#pragma unroll
+  for (int k = 0; k < kImmaTokens * kImmaChunks / kThreads; ++k) {
+    const int i = threadIdx.x + k * kThreads, n = i / kImmaChunks, c = i % kImmaChunks;
+    const bool valid = tok0 + n < a.n_tokens;
+    const uint32_t* src =
+        valid ? a.act + (int64_t(tok0 + n) * n_blocks + q * kQuadBlocks) * 32 + c * 4 : a.act;
+    cp_async_or_zero(&st.codes[imma_chunk_pos(n, c)], src, valid);
+  }
+  constexpr int kMetaChunks = kImmaTokens * kQuadBlocks * int(sizeof(ActMeta)) / 16;
+  if (threadIdx.x < kMetaChunks) {
+    const int n = threadIdx.x / 2, half = threadIdx.x % 2;
+    const bool valid = tok0 + n < a.n_tokens;
+    const ActMeta* src =
+        valid ? a.meta + int64_t(tok0 + n) * n_blocks + q * kQuadBlocks + 2 * half : a.meta;
+    cp_async_or_zero(&st.meta[n * kQuadBlocks + 2 * half], src, valid);
+  }
+  cp_async_commit();
+}
+
+// A warp's weights of one quad: the GEMV layout's two bit loads and one scale load a lane.
+struct ImmaWeights {
+  uint4 bits[2];
+  uint4 scales;
+};
+
+// The quad's four blocks against the CTA's 32 tokens, added into acc[group][c] (c: the D
+// registers' rows g / g+8 x tokens 2t / 2t+1, as q1_imma.h lays them out).
+// groups: how many groups of 8 tokens hold any of the batch's tokens (the rest are skipped).
+__device__ __forceinline__ void imma_quad(const ImmaStage& st, const ImmaWeights& w, int lane,
+                                          int groups, float (&acc)[kImmaGroups][4]) {
+  const int g = lane >> 2, t = lane & 3;
+  const uint32_t halves[4] = {w.scales.x, w.scales.y, w.scales.z, w.scales.w};
+#pragma unroll
+  for (int b = 0; b < kQuadBlocks; ++b) {
+    const uint4& pair = w.bits[b / 2];
+    const uint32_t row_g = b % 2 ? pair.z : pair.x, row_g8 = b % 2 ? pair.w : pair.y;
+    uint32_t a_g[8], a_g8[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      a_g[k] = imma_bits(row_g, k);
+      a_g8[k] = imma_bits(row_g8, k);
+    }
+    __half2 h;
+    std::memcpy(&h, &halves[b], sizeof h);
+    const float2 dw = __half22float2(h);  // rows g, g+8
+#pragma unroll
+    for (int grp = 0; grp < kImmaGroups; ++grp) {
+      if (grp >= groups) break;
+      const int n = grp * 8 + g;  // the token whose codes this lane passes
+      const uint4 c0 = st.codes[imma_chunk_pos(n, b * 8 + 2 * t)];
+      const uint4 c1 = st.codes[imma_chunk_pos(n, b * 8 + 2 * t + 1)];
+      const uint32_t words[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+      int d[4] = {0, 0, 0, 0};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+            "{%8,%9}, {%0,%1,%2,%3};"
+            : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+            : "r"(a_g[2 * j]), "r"(a_g8[2 * j]), "r"(a_g[2 * j + 1]), "r"(a_g8[2 * j + 1]),
+              "r"(words[imma_b_word(t, j, 0) - t * 8]), "r"(words[imma_b_word(t, j, 1) - t * 8]));
+      }
+      const ActMeta m0 = st.meta[(grp * 8 + 2 * t) * kQuadBlocks + b];
+      const ActMeta m1 = st.meta[(grp * 8 + 2 * t + 1) * kQuadBlocks + b];
+      float* o = acc[grp];
+      o[0] = fmaf(static_cast<float>(imma_signed_dot(d[0], m0.sum)), dw.x * m0.d, o[0]);
+      o[1] = fmaf(static_cast<float>(imma_signed_dot(d[1], m1.sum)), dw.x * m1.d, o[1]);
+      o[2] = fmaf(static_cast<float>(imma_signed_dot(d[2], m0.sum)), dw.y * m0.d, o[2]);
+      o[3] = fmaf(static_cast<float>(imma_signed_dot(d[3], m1.sum)), dw.y * m1.d, o[3]);
+    }
+  }
+}
+
+// grid (ceil(n_tiles / kImmaWarps), ceil(n_tokens / kImmaTokens)), block kImmaWarps * 32. Uses
+// Q1Args' pointers and sizes only (no cut: a warp owns its row tile's whole n_in).
+__global__ void __launch_bounds__(kImmaWarps * 32, 2) q1_imma_kernel(Q1Args a) {
+  __shared__ ImmaStage stage[2];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int tile = blockIdx.x * kImmaWarps + warp, tok0 = blockIdx.y * kImmaTokens;
+  const bool active = tile < a.n_tiles;  // the last CTA's spare warps only stage and wait
+  const int groups = min(kImmaGroups, (a.n_tokens - tok0 + 7) / 8);
+  const uint4* bits = a.bits + int64_t(active ? tile : 0) * a.n_quads * 64 + lane;
+  const uint4* scales = a.scales + int64_t(active ? tile : 0) * a.n_quads * 8 + (lane >> 2);
+  const auto load = [&](int q, ImmaWeights& w) {
+    w.bits[0] = ld_stream(bits + q * 64);
+    w.bits[1] = ld_stream(bits + q * 64 + 32);
+    w.scales = ld_stream(scales + q * 8);
+  };
+  ImmaWeights cur, next{};
+  load(0, cur);
+  pdl_launch_dependents();
+  pdl_wait();  // the codes come from the quantise kernel; the weights did not
+  imma_stage(a, tok0, 0, stage[0]);
+  float acc[kImmaGroups][4] = {};
+  for (int q = 0; q < a.n_quads; ++q) {
+    if (q + 1 < a.n_quads) {
+      imma_stage(a, tok0, q + 1, stage[(q + 1) & 1]);
+      load(q + 1, next);
+    } else {
+      cp_async_commit();  // an empty group keeps the wait count below uniform
+    }
+    cp_async_wait<1>();
+    __syncthreads();  // every thread's copies of quad q have landed
+    if (active) imma_quad(stage[q & 1], cur, lane, groups, acc);
+    __syncthreads();  // quad q is read before its stage takes quad q + 2
+    cur = next;
+  }
+  if (!active) return;
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int grp = 0; grp < kImmaGroups; ++grp) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int row = tile * kTileRows + g + 8 * (c >> 1), tok = tok0 + grp * 8 + 2 * t + (c & 1);
+      if (row < a.n_out && tok < a.n_tokens) a.y[int64_t(tok) * a.ldy + row] = acc[grp][c];
     }
   }
 }
@@ -819,7 +982,7 @@ Geometry geometry(int64_t n_in) {
 }
 
 bool uses_planes(Q1Variant v) {
-  return v != Q1Variant::kDp4a2;
+  return v != Q1Variant::kDp4a2 && v != Q1Variant::kImma;
 }
 
 // How the two-launch product is cut: slices x chunks (q1_cut), rpc row tiles per CTA, grid.x
@@ -867,6 +1030,23 @@ Plan plan_q1(Kernel* kernel, int kQ, int n_tiles, int n_quads, int tokens_per_ct
   return best;
 }
 
+// The product's operands: matrix, codes and scales, y (the cut and launch shape left unset).
+Q1Args q1_operands(const GpuMatrix& w, const void* act, float* y, int64_t ldy, int64_t n_tokens) {
+  const Geometry geo = geometry(w.n_in);
+  Q1Args a{};
+  a.bits = w.codes.as<const uint4>();
+  a.scales = w.scales.as<const uint4>();
+  a.act = static_cast<const uint32_t*>(act);
+  a.meta = reinterpret_cast<const ActMeta*>(a.act + n_tokens * geo.n_blocks_padded * 32);
+  a.y = y;
+  a.ldy = ldy;
+  a.n_out = static_cast<int>(w.n_out);
+  a.n_tiles = static_cast<int>(w.n_row_tiles);
+  a.n_quads = static_cast<int>(geo.n_quads);
+  a.n_tokens = static_cast<int>(n_tokens);
+  return a;
+}
+
 template <class Math, int kQ, bool kPrefetch>
 struct Q1Launch {
   static constexpr auto kernel = &q1_kernel<Math, kQ, kPrefetch>;
@@ -881,18 +1061,7 @@ struct Q1Launch {
 
   static void run(const GpuMatrix& w, const void* act, float* y, int64_t ldy, int64_t n_tokens,
                   bool pdl, cudaStream_t s) {
-    const Geometry geo = geometry(w.n_in);
-    Q1Args a;
-    a.bits = w.codes.as<const uint4>();
-    a.scales = w.scales.as<const uint4>();
-    a.act = static_cast<const uint32_t*>(act);
-    a.meta = reinterpret_cast<const ActMeta*>(a.act + n_tokens * geo.n_blocks_padded * 32);
-    a.y = y;
-    a.ldy = ldy;
-    a.n_out = static_cast<int>(w.n_out);
-    a.n_tiles = static_cast<int>(w.n_row_tiles);
-    a.n_quads = static_cast<int>(geo.n_quads);
-    a.n_tokens = static_cast<int>(n_tokens);
+    Q1Args a = q1_operands(w, act, y, ldy, n_tokens);
     a.tokens_per_cta = tokens_per_cta(n_tokens);
     const Plan p = plan(w, n_tokens);
     a.slices = p.slices;
@@ -913,7 +1082,27 @@ struct Q1Launch {
   }
 };
 
-// Calls fn.template operator()<Launch>() with the Q1Launch of variant v.
+// The int8 tensor-core product: a CTA per kImmaWarps row tiles x kImmaTokens tokens.
+struct Q1ImmaLaunch {
+  static dim3 grid(const GpuMatrix& w, int64_t n_tokens) {
+    return dim3(static_cast<unsigned>(ceil_div(w.n_row_tiles, kImmaWarps)),
+                static_cast<unsigned>(ceil_div(n_tokens, kImmaTokens)));
+  }
+  static void run(const GpuMatrix& w, const void* act, float* y, int64_t ldy, int64_t n_tokens,
+                  bool pdl, cudaStream_t s) {
+    launch(&q1_imma_kernel, grid(w, n_tokens), dim3(kImmaWarps * 32), 0, pdl, s,
+           q1_operands(w, act, y, ldy, n_tokens));
+  }
+  static std::string describe(const GpuMatrix& w, int64_t n_tokens) {
+    cudaFuncAttributes attr{};
+    CUDA_CHECK(cudaFuncGetAttributes(&attr, &q1_imma_kernel));
+    const dim3 g = grid(w, n_tokens);
+    return fmt::format("int8 mma: {} tiles x {} tokens a CTA, {} x {} CTAs x {} threads, {} regs",
+                       kImmaWarps, kImmaTokens, g.x, g.y, kImmaWarps * 32, attr.numRegs);
+  }
+};
+
+// Calls fn with the launcher (Q1Launch or Q1ImmaLaunch) of variant v.
 template <class Fn>
 decltype(auto) with_variant(Q1Variant v, Fn&& fn) {
   switch (v) {
@@ -925,6 +1114,8 @@ decltype(auto) with_variant(Q1Variant v, Fn&& fn) {
       return fn(Q1Launch<BmmaMath, 4, true>{});
     case Q1Variant::kBmma4Flat:
       return fn(Q1Launch<BmmaMath, 4, false>{});
+    case Q1Variant::kImma:
+      return fn(Q1ImmaLaunch{});
     case Q1Variant::kDp4a2:
       break;
   }
@@ -1136,11 +1327,13 @@ const char* q1_variant_name(Q1Variant v) {
       return "bmma-q4-flat";
     case Q1Variant::kDp4a2:
       return "dp4a-q2";
+    case Q1Variant::kImma:
+      return "imma";
   }
   return "?";
 }
 
-Q1Options q1_default_options(int64_t n_in, int64_t n_out) {
+Q1Options q1_default_options(int64_t n_in, int64_t n_out, int64_t n_tokens) {
   // Two quads per warp; inputs too long for 18 warps of two quads take four. One token: the
   // one-launch kernel where it measured faster, the two-launch flat kernel for wide outputs.
   // Measured (H200, bench/gemv_lab, 2026-11-30, µs in a graph): one-launch / two-launch flat /
@@ -1161,6 +1354,10 @@ Q1Options q1_default_options(int64_t n_in, int64_t n_out) {
   const bool wide = n_out >= 10000;
   const bool q2 = ceil_div(n_in, 512) <= 36;
   Q1Options o;
+  if (n_tokens >= kImmaMinTokens) {
+    o.variant = Q1Variant::kImma;
+    return o;
+  }
   o.variant = q2 ? (wide ? Q1Variant::kBmma2Flat : Q1Variant::kBmma2)
                  : (wide ? Q1Variant::kBmma4Flat : Q1Variant::kBmma4);
   o.one_launch = n_out == 0 || (!q2 && !wide);

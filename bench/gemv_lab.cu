@@ -438,7 +438,7 @@ void print_fused_timelines(Timer& timer) {
 // Batched products (prefill): the b1 product matmul() ran before the int8 one (q1_default_options
 // for one token, two launches) against kImma, product kernel alone after its quantise kernel,
 // weights rotated beyond L2, and how far apart their outputs are (both sum exact block integers
-// in block order; only the b1 kernel's lane and slice sums differ). Sets kImmaMinTokens.
+// in block order; only the b1 kernel's lane and slice sums differ). Sets imma_wins.
 void print_batched(Timer& timer) {
   const cudaStream_t s = timer.s;
   fmt::print("\nbatched product alone (us; b1 = matmul()'s product before kImma):\n");

@@ -179,9 +179,11 @@ TEST_P(CudaSynthetic, TinyModelTracksCpu) {
   like.q8_activations = q1;
   cpu::CpuExecutor cpu_ex(mem->model, like), exact(mem->model, kOpts);
   cuda::CudaExecutor gpu_ex(mem->model, kOpts);
-  // 20 ids: the prefill's Q1_0 products take the int8 tensor-core kernel (16 tokens and more).
-  const std::vector<int32_t> ids = {3,   1999, 17,  512, 4,    4, 1024, 77,  1500, 9,
-                                    600, 31,   250, 2,   1777, 8, 90,   404, 12,   1200};
+  // 33 ids: the prefill's Q1_0 products take the int8 tensor-core kernel (imma_wins: 32 tokens
+  // and more for tiny's narrow matrices), one token past a CTA's 32.
+  const std::vector<int32_t> ids = {3,   1999, 17, 512,  4,   4,   1024, 77,   1500, 9,    600,
+                                    31,  250,  2,  1777, 8,   90,  404,  12,   1200, 5,    66,
+                                    700, 1300, 45, 19,   333, 888, 6,    1400, 101,  1999, 27};
   const std::vector<float> gpu_pre = run_prefill(gpu_ex, ids), gpu_dec = run_decode(gpu_ex, ids);
   const double pre = rel_max_diff(gpu_pre, run_prefill(cpu_ex, ids));
   const double dec = rel_max_diff(gpu_dec, run_decode(cpu_ex, ids));

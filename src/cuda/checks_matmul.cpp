@@ -9,9 +9,9 @@
 //
 // Shapes: odd n_out (1, 3, 77, 1000) that no row tile or warp divides, n_in of one block,
 // several blocks, 5120 and 17408 (plain formats also 77, which no 16-byte chunk divides; Q1_0
-// also 20480 and 24704, four quads a chunk); every Bonsai-27B Q1_0 shape and the output head
-// (5120 -> 248320, GEMV); n_tokens 1 (GEMV) and 2, 7, 64, 512 (batched; Q1_0 also 16, 20, 65,
-// 130, 5120 -> 17408 at 512 for the int8 prefill product, and 65605, more tokens than one
+// also 20480 and 24448, four quads a chunk); every Bonsai-27B Q1_0 shape and the output head
+// (5120 -> 248320, GEMV); n_tokens 1 (GEMV) and 2, 7, 64, 512 (batched; Q1_0 also 9, 33, 40,
+// 65, 130, 5120 -> 17408 at 512 for the int8 prefill product, and 65605, more tokens than one
 // quantise launch's grid takes).
 //
 // References and tolerances (max|gpu - ref| / max|ref|, matmul_reference() in matmul.cu):
@@ -658,7 +658,7 @@ void add_fused_checks(Context& ctx, std::vector<Result>& out) {
     if (t == Type::Q1_0) {  // the four-quad one-launch GEMV (rows longer than 18432)
       run_fused_case(ctx, out,
                      fused_case(t, Prologue::RmsNorm, Epilogue::Store, 20480, {77, 33}, 0));
-      run_fused_case(ctx, out, fused_case(t, Prologue::None, Epilogue::AddInto, 24704, {1000}, 0));
+      run_fused_case(ctx, out, fused_case(t, Prologue::None, Epilogue::AddInto, 24448, {1000}, 0));
     }
   }
   for (Type t : {Type::F16, Type::Q4_0, Type::Q2_0, Type::PQ2_0}) {
@@ -1123,17 +1123,19 @@ void add_matmul_checks(Context& ctx, std::vector<Result>& out) {
       }
       cases.push_back({t, 5120, 6144, 64, 0, 0, false});
       cases.push_back({t, 5120, 248320, 1, 0, 0, true});
-      // Prefill batches (the int8 product from kImmaMinTokens tokens): a whole 512-token
-      // prompt through the widest Bonsai matrix (timed), token counts that leave a CTA's
-      // groups of 8 and of 32 partly empty, a partial row-tile CTA (1000 rows), a padded quad.
+      // Prefill batches (the int8 product where imma_wins): a whole 512-token prompt through
+      // the widest Bonsai matrix (timed), token counts that leave a CTA's groups of 8 and of
+      // 32 partly empty, a partial row-tile CTA (1000 rows), a padded quad, a wide output at
+      // 9 tokens.
       cases.push_back({t, 5120, 17408, 512, 0, 0, true});
       cases.push_back({t, 17408, 5120, 130, 0, 3, false});
       cases.push_back({t, 6144, 5120, 65, 2, 0, false});
-      cases.push_back({t, 640, 1000, 16, 0, 0, false});
+      cases.push_back({t, 640, 1000, 40, 0, 0, false});
+      cases.push_back({t, 640, 10240, 9, 0, 1, false});
       cases.push_back({t, 128, 3, 65535 + 70, 0, 1, false});  // two quantise launches
       // Rows longer than 18432 (four quads a chunk, q1_default_options' kBmma4 / kBmma4Flat),
       // one of them with a padded quad: no model here has them, so nothing else runs them.
-      for (const int64_t n_in : {20480, 24704}) {
+      for (const int64_t n_in : {20480, 24448}) {
         cases.push_back({t, n_in, 77, 1, 0, 0, false});
         cases.push_back({t, n_in, 10240, 1, 0, 0, false});
         cases.push_back({t, n_in, 1000, 7, 0, 0, false});
@@ -1146,7 +1148,7 @@ void add_matmul_checks(Context& ctx, std::vector<Result>& out) {
       cases.push_back(ties);
       ties.n_tokens = 7;
       cases.push_back(ties);
-      ties.n_tokens = 20;
+      ties.n_tokens = 33;
       cases.push_back(ties);
     }
     for (const Case& c : cases) run_case(ctx, out, c);

@@ -921,8 +921,8 @@ struct Q1Options {
 };
 const char* q1_variant_name(Q1Variant v);
 // The variant matmul() uses for this shape (one_launch set for one token when it is the
-// faster path; n_out 0: the one-launch variant, as matmul_fused runs it; kImma from
-// kImmaMinTokens tokens).
+// faster path; n_out 0: the one-launch variant, as matmul_fused runs it; kImma for batches
+// where it measured faster: imma_wins).
 Q1Options q1_default_options(int64_t n_in, int64_t n_out, int64_t n_tokens = 1);
 GpuMatrix upload_q1_0(const model::Matrix& m, cudaStream_t s);
 size_t q1_0_workspace_bytes(int64_t n_in, int64_t n_tokens);

@@ -299,10 +299,16 @@ __global__ void __launch_bounds__(32 * max_slices(kQ)) q1_kernel(Q1Args a) {
 constexpr int kImmaWarps = 8;
 constexpr int kImmaTokens = 32;
 constexpr int kImmaGroups = kImmaTokens / 8;  // the mma's n = 8 tokens
-// Batches of at least this many tokens take the int8 product (q1_default_options). A guess
-// from the instruction counts (the b1 kernel's epilogue costs about what a group of 8 tokens
-// costs here) until bench/gemv_lab's batch table measures it.
-constexpr int kImmaMinTokens = 16;
+// Whether a batch takes the int8 product (q1_default_options). Measured (H200, 2026-12-05,
+// bench/gemv_lab's batch table, product kernel alone, b1 / int8 µs): at 512 tokens int8 is
+// 3.7-4.8x faster on every Bonsai shape (5120->17408 1290 / 267 µs, 171 T MAC/s). Few tokens
+// on narrow outputs leave it few CTAs (5120 rows: 40 a token group, on 132 SMs): 17408->5120
+// 22.0 / 32.8 at 8 tokens, 40.9 / 46.1 at 16, 79.2 / 72.5 at 32; 6144->5120 8.2 / 12.3,
+// 14.5 / 17.0, 28.2 / 26.3. Wide outputs win from 8 tokens: 5120->17408 25.6 / 14.8,
+// 5120->10240 14.7 / 13.8.
+constexpr bool imma_wins(int64_t n_out, int64_t n_tokens) {
+  return n_tokens >= 32 || (n_tokens >= 8 && n_out >= 10000);
+}
 constexpr int kImmaChunks = kQuadBlocks * 32 / 4;  // 16-byte chunks of a token's quad of codes
 
 // One stage: a quad of codes and scales of the CTA's tokens. Token n's chunk c sits at
@@ -1354,7 +1360,7 @@ Q1Options q1_default_options(int64_t n_in, int64_t n_out, int64_t n_tokens) {
   const bool wide = n_out >= 10000;
   const bool q2 = ceil_div(n_in, 512) <= 36;
   Q1Options o;
-  if (n_tokens >= kImmaMinTokens) {
+  if (imma_wins(n_out, n_tokens)) {
     o.variant = Q1Variant::kImma;
     return o;
   }

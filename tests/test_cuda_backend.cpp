@@ -89,6 +89,13 @@ TEST(CudaOps, AFamilyThatThrowsFailsWithoutStoppingTheRun) {
       f, [&](std::vector<cuda::opcheck::Result>& out) { out.push_back(ok); });
   ASSERT_EQ(clean.size(), 1u);
   EXPECT_TRUE(clean[0].passed);
+  // A run filtered to the other op still reports the failure (it once hid a family that had
+  // stopped before the filtered op's later cases: `gdn ops --op matmul_q1_0` said 28/28).
+  EXPECT_TRUE(cuda::opcheck::reports(f, "fake_other", got[1]));
+  EXPECT_TRUE(cuda::opcheck::reports(f, "fake_other", got[0]));
+  EXPECT_FALSE(cuda::opcheck::reports(f, "fake_op", got[0]));
+  EXPECT_TRUE(cuda::opcheck::reports(f, "fake", got[0]));
+  EXPECT_TRUE(cuda::opcheck::reports(f, "", got[0]));
 }
 
 // `gdn ops --op F` runs only the families F can select (host logic: no GPU needed); a full run

@@ -38,6 +38,10 @@ bool declares(const Family& f, std::string_view op) {
                      [&](std::string_view stem) { return op.starts_with(stem); });
 }
 
+bool reports(const Family& f, std::string_view filter, const Result& r) {
+  return filter.empty() || r.op.starts_with(filter) || filter == f.name || !r.passed;
+}
+
 namespace {
 
 // Launches per timing graph: per-launch time then excludes host launch cost.
@@ -153,7 +157,7 @@ int run(const std::string& filter, bool perf, uint64_t seed) {
         r.detail =
             fmt::format("family {} does not declare op {} (op_check's Family::ops)", f.name, r.op);
       }
-      if (filter.empty() || r.op.starts_with(filter) || filter == f.name) all.push_back(r);
+      if (reports(f, filter, r)) all.push_back(r);
     }
   }
   if (perf) {

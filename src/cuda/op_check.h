@@ -93,8 +93,13 @@ bool declares(const Family& f, std::string_view op);
 std::vector<Result> guarded_results(const Family& f,
                                     const std::function<void(std::vector<Result>&)>& checks);
 
-// Runs the families `filter` selects (empty: all), keeps the results whose op starts with it
-// (or every result of a family it names), prints per case and a per-op "N/N passed" summary;
+// Whether `gdn ops --op filter` reports result r of a family it selected: r's op starts with
+// the filter, the filter names the family, or r failed. A failure of another op of the family
+// (a case of it that stopped the family, say) would otherwise vanish from a filtered run and
+// leave the selected op's cases after it unrun behind an "N/N passed".
+bool reports(const Family& f, std::string_view filter, const Result& r);
+
+// Runs the families `filter` selects (empty: all), keeps the results `reports` keeps, prints per case and a per-op "N/N passed" summary;
 // with perf, µs, GB/s, % of copy bandwidth and % of the same-size read ceiling. Returns the
 // number of failed cases.
 int run(const std::string& filter, bool perf, uint64_t seed);

@@ -99,9 +99,9 @@ std::vector<Result> guarded_results(const Family& f,
 // leave the selected op's cases after it unrun behind an "N/N passed".
 bool reports(const Family& f, std::string_view filter, const Result& r);
 
-// Runs the families `filter` selects (empty: all), keeps the results `reports` keeps, prints per case and a per-op "N/N passed" summary;
-// with perf, µs, GB/s, % of copy bandwidth and % of the same-size read ceiling. Returns the
-// number of failed cases.
+// Runs the families `filter` selects (empty: all), keeps the results `reports` keeps, prints per
+// case and a per-op "N/N passed" summary; with perf, µs, GB/s, % of copy bandwidth and % of the
+// same-size read ceiling. Returns the number of failed cases.
 int run(const std::string& filter, bool perf, uint64_t seed);
 
 }  // namespace gdn::cuda::opcheck

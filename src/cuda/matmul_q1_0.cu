@@ -287,11 +287,9 @@ __global__ void __launch_bounds__(32 * max_slices(kQ)) q1_kernel(Q1Args a) {
 // bits as 0/1 bytes (one shift and mask of a word the lane holds, reused for 4 x 8 tokens) and
 // the dp4a code words exactly as the quantise kernel stores them. Each block's integer dot
 // comes out of four mmas exact and is added as float(I) * (d_w * d_x), in block order, as the
-// GEMV does (the integer made a float by imma_dot_value, exactly, where I2F's quarter rate
-// would cost two issue slots a conversion). Per 16 rows x 8 tokens x 128 elements a warp issues
-// ~36 instructions (4 MMA, 2 LDS.128 of codes, 2 LDS.64 of scales, 2 IADD, 4 x IMAD + FADD +
-// FMUL + FFMA, and a quarter of the 32 SHF/LOP that make a block's A registers), where the b1
-// kernel issues 8 x ~17.5.
+// GEMV does. Per 16 rows x 8 tokens x 128 elements a warp issues ~34 instructions (4 MMA, 2
+// LDS.128 of codes, 2 LDS.64 of scales, 4 x IMAD + I2F + FMUL + FFMA, and a quarter of the 32
+// SHF/LOP that make a block's A registers), where the b1 kernel issues 8 x ~17.5.
 //
 // A CTA is kImmaWarps row tiles (a warp each) x kImmaTokens tokens (4 groups of 8) and walks
 // n_in a quad (4 blocks) at a time. The tokens' codes and scales of a quad are staged in
@@ -392,12 +390,11 @@ __device__ __forceinline__ void imma_quad(const ImmaStage& st, const ImmaWeights
       }
       const ActMeta m0 = st.meta[(grp * 8 + 2 * t) * kQuadBlocks + b];
       const ActMeta m1 = st.meta[(grp * 8 + 2 * t + 1) * kQuadBlocks + b];
-      const int bias0 = imma_bias(m0.sum), bias1 = imma_bias(m1.sum);
       float* o = acc[grp];
-      o[0] = fmaf(imma_dot_value(d[0], bias0), dw.x * m0.d, o[0]);
-      o[1] = fmaf(imma_dot_value(d[1], bias1), dw.x * m1.d, o[1]);
-      o[2] = fmaf(imma_dot_value(d[2], bias0), dw.y * m0.d, o[2]);
-      o[3] = fmaf(imma_dot_value(d[3], bias1), dw.y * m1.d, o[3]);
+      o[0] = fmaf(static_cast<float>(imma_signed_dot(d[0], m0.sum)), dw.x * m0.d, o[0]);
+      o[1] = fmaf(static_cast<float>(imma_signed_dot(d[1], m1.sum)), dw.x * m1.d, o[1]);
+      o[2] = fmaf(static_cast<float>(imma_signed_dot(d[2], m0.sum)), dw.y * m0.d, o[2]);
+      o[3] = fmaf(static_cast<float>(imma_signed_dot(d[3], m1.sum)), dw.y * m1.d, o[3]);
     }
   }
 }

@@ -18,7 +18,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstring>
 
 namespace gdn::cuda::mm {
 
@@ -35,23 +34,6 @@ __host__ __device__ __forceinline__ int imma_b_word(int t, int j, int r) {
 // The block's dot of signs 2b - 1 with codes q from D = sum b q and the codes' sum.
 __host__ __device__ __forceinline__ int imma_signed_dot(int d, int code_sum) {
   return 2 * d - code_sum;
-}
-
-// The same dot as a float, exactly, without I2F (a quarter-rate conversion on sm_90: 16 a clock
-// per SM, two issue slots of the pipe per warp instruction, for 16 of them a block): a float
-// of 1.5 * 2^23 has ulp 1, so its bit pattern plus an integer n, |n| < 2^22, is the float
-// 1.5 * 2^23 + n, and subtracting 1.5 * 2^23 leaves n exactly. |2D - sum q| <= 3 * 128 * 127.
-// bias = imma_bias(sum q), formed once per token and block; then one IMAD and one FADD.
-inline constexpr int kImmaMagicBits = 0x4B400000;  // 1.5 * 2^23
-inline constexpr float kImmaMagic = 12582912.0f;
-__host__ __device__ __forceinline__ int imma_bias(int code_sum) {
-  return kImmaMagicBits - code_sum;
-}
-__host__ __device__ __forceinline__ float imma_dot_value(int d, int bias) {
-  const int bits = 2 * d + bias;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f - kImmaMagic;
 }
 
 }  // namespace gdn::cuda::mm

@@ -30,8 +30,12 @@
 // int8x4 word: SHF + LOP + DP4A per 4 weights per row, ~58 SASS instructions per 16 x 128
 // block, ~0.9 thread-instructions per weight: at the budget, so it cannot reach bandwidth.
 //
+// Variant imma (prefill: batches where imma_wins): the dp4a codes against the weights' bits on
+// int8 tensor cores, 16 rows x 8 tokens x 32 elements an mma; its section below says why.
+//
 // Registers (ptxas -v, sm_90a, no spills): bmma-q2 96 (prefetch) / 70 (flat), bmma-q4 152 / 114,
-// dp4a-q2 91; the quantise kernel 26 (measured before the one-launch kernel; see q1_gemv_kernel).
+// dp4a-q2 91, imma 121; the quantise kernel 26 (measured before the one-launch kernel; see
+// q1_gemv_kernel).
 //
 // Weight layout (repacked at upload, 1.125 bits per weight as in the file):
 //   row tile = 16 rows (the mma's m), quad = 4 blocks = 512 weights (padded with zero blocks).
@@ -289,7 +293,10 @@ __global__ void __launch_bounds__(32 * max_slices(kQ)) q1_kernel(Q1Args a) {
 // comes out of four mmas exact and is added as float(I) * (d_w * d_x), in block order, as the
 // GEMV does. Per 16 rows x 8 tokens x 128 elements a warp issues ~34 instructions (4 MMA, 2
 // LDS.128 of codes, 2 LDS.64 of scales, 4 x IMAD + I2F + FMUL + FFMA, and a quarter of the 32
-// SHF/LOP that make a block's A registers), where the b1 kernel issues 8 x ~17.5.
+// SHF/LOP that make a block's A registers), where the b1 kernel issues 8 x ~17.5. Measured
+// (H200, 2026-12-05, bench/RESULTS.md): 5120->17408 x 512 tokens 1290 -> 267 µs (171 T MAC/s,
+// 27% of the s8 mma rate), pp512 1434 -> 3547-3575 tok/s. Not bound by I2F: converting by a
+// 1.5 * 2^23 bias instead (IMAD + FADD) measured 2-4% slower.
 //
 // A CTA is kImmaWarps row tiles (a warp each) x kImmaTokens tokens (4 groups of 8) and walks
 // n_in a quad (4 blocks) at a time. The tokens' codes and scales of a quad are staged in

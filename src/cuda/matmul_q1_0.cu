@@ -34,7 +34,7 @@
 // int8 tensor cores, 16 rows x 8 tokens x 32 elements an mma; its section below says why.
 //
 // Registers (ptxas -v, sm_90a, no spills): bmma-q2 96 (prefetch) / 70 (flat), bmma-q4 152 / 114,
-// dp4a-q2 91, imma 121; the quantise kernel 26 (measured before the one-launch kernel; see
+// dp4a-q2 91, imma 120; the quantise kernel 26 (measured before the one-launch kernel; see
 // q1_gemv_kernel).
 //
 // Weight layout (repacked at upload, 1.125 bits per weight as in the file):
@@ -291,12 +291,14 @@ __global__ void __launch_bounds__(32 * max_slices(kQ)) q1_kernel(Q1Args a) {
 // bits as 0/1 bytes (one shift and mask of a word the lane holds, reused for 4 x 8 tokens) and
 // the dp4a code words exactly as the quantise kernel stores them. Each block's integer dot
 // comes out of four mmas exact and is added as float(I) * (d_w * d_x), in block order, as the
-// GEMV does. Per 16 rows x 8 tokens x 128 elements a warp issues ~34 instructions (4 MMA, 2
-// LDS.128 of codes, 2 LDS.64 of scales, 4 x IMAD + I2F + FMUL + FFMA, and a quarter of the 32
-// SHF/LOP that make a block's A registers), where the b1 kernel issues 8 x ~17.5. Measured
+// GEMV does. Per 16 rows x 8 tokens x 128 elements a warp issues ~38 instructions (4 MMA, 2
+// LDS.128 of codes, 2 LDS.64 of scales, 4 IADD joining two mma chains, 4 x IMAD + I2F + FMUL +
+// FFMA, and a quarter of the 32 SHF/LOP that make a block's A registers), where the b1 kernel
+// issues 8 x ~17.5. Measured
 // (H200, 2026-12-05, bench/RESULTS.md): 5120->17408 x 512 tokens 1290 -> 267 µs (171 T MAC/s,
-// 27% of the s8 mma rate), pp512 1434 -> 3547-3575 tok/s. Not bound by I2F: converting by a
-// 1.5 * 2^23 bias instead (IMAD + FADD) measured 2-4% slower.
+// 27% of the s8 mma rate), then 250 µs with two accumulator chains (below); pp512 1434 -> 3703
+// tok/s. Not bound by I2F: converting by a 1.5 * 2^23 bias instead (IMAD + FADD) measured 2-4%
+// slower.
 //
 // A CTA is kImmaWarps row tiles (a warp each) x kImmaTokens tokens (4 groups of 8) and walks
 // n_in a quad (4 blocks) at a time. The tokens' codes and scales of a quad are staged in
@@ -325,6 +327,10 @@ struct ImmaStage {
   uint4 codes[kImmaTokens * kImmaChunks];
   ActMeta meta[kImmaTokens * kQuadBlocks];
 };
+
+static_assert(kImmaTokens * kImmaChunks % (kImmaWarps * 32) == 0, "every thread stages alike");
+static_assert(kImmaTokens * kQuadBlocks * sizeof(ActMeta) / 16 <= kImmaWarps * 32,
+              "one meta chunk a thread at most");
 
 __device__ __forceinline__ int imma_chunk_pos(int n, int c) {
   return n * kImmaChunks + (c ^ (n & 1));
@@ -386,15 +392,23 @@ __device__ __forceinline__ void imma_quad(const ImmaStage& st, const ImmaWeights
       const uint4 c0 = st.codes[imma_chunk_pos(n, b * 8 + 2 * t)];
       const uint4 c1 = st.codes[imma_chunk_pos(n, b * 8 + 2 * t + 1)];
       const uint32_t words[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
-      int d[4] = {0, 0, 0, 0};
+      // Two accumulator chains (j even / odd), added once: the warps wait on the mma's ~25-clock
+      // dependent latency (ncu at 5120->17408 x 512 with one chain: 7.3 cycles between a warp's
+      // issues, 2.8 of them fixed-latency dependency; 3.9 warps a scheduler, 0.92 eligible).
+      // Two chains: 264.8 -> 250.2 µs, 17408->5120 x 512 273.4 -> 251.8, pp512 3562 -> 3703
+      // (H200, 2026-12-05). Integer sums: the same bits.
+      int dc[2][4] = {};
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
+        int* c = dc[j & 1];
         asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
             "{%8,%9}, {%0,%1,%2,%3};"
-            : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+            : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
             : "r"(a_g[2 * j]), "r"(a_g8[2 * j]), "r"(a_g[2 * j + 1]), "r"(a_g8[2 * j + 1]),
               "r"(words[imma_b_word(t, j, 0) - t * 8]), "r"(words[imma_b_word(t, j, 1) - t * 8]));
       }
+      const int d[4] = {dc[0][0] + dc[1][0], dc[0][1] + dc[1][1], dc[0][2] + dc[1][2],
+                        dc[0][3] + dc[1][3]};
       const ActMeta m0 = st.meta[(grp * 8 + 2 * t) * kQuadBlocks + b];
       const ActMeta m1 = st.meta[(grp * 8 + 2 * t + 1) * kQuadBlocks + b];
       float* o = acc[grp];

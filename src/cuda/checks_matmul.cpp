@@ -1125,13 +1125,16 @@ void add_matmul_checks(Context& ctx, std::vector<Result>& out) {
       cases.push_back({t, 5120, 248320, 1, 0, 0, true});
       // Prefill batches (the int8 product where imma_wins): a whole 512-token prompt through
       // the widest Bonsai matrix (timed), token counts that leave a CTA's groups of 8 and of
-      // 32 partly empty, a partial row-tile CTA (1000 rows), a padded quad, a wide output at
-      // 9 tokens.
+      // 32 partly empty (the last CTA's groups: 1 at 130, 65, 40 and 33; 2 at 9; 3 at 50; 4,
+      // the last partial, at 59), a partial row-tile CTA (1000 rows), a padded quad, a wide
+      // output at 9 tokens.
       cases.push_back({t, 5120, 17408, 512, 0, 0, true});
       cases.push_back({t, 17408, 5120, 130, 0, 3, false});
       cases.push_back({t, 6144, 5120, 65, 2, 0, false});
       cases.push_back({t, 640, 1000, 40, 0, 0, false});
       cases.push_back({t, 640, 10240, 9, 0, 1, false});
+      cases.push_back({t, 640, 1000, 50, 0, 0, false});
+      cases.push_back({t, 6144, 333, 59, 1, 2, false});
       cases.push_back({t, 128, 3, 65535 + 70, 0, 1, false});  // two quantise launches
       // Rows longer than 18432 (four quads a chunk, q1_default_options' kBmma4 / kBmma4Flat),
       // one of them with a padded quad: no model here has them, so nothing else runs them.

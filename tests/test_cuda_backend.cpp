@@ -223,10 +223,13 @@ INSTANTIATE_TEST_SUITE_P(Types, CudaSynthetic,
 // (A: a0 row g k 4t..4t+3, a1 row g+8, a2 / a3 the same at k + 16; B: b0 k 4t..4t+3 column g,
 // b1 at k + 16; D: c0 / c1 row g columns 2t / 2t+1, c2 / c3 row g+8). Weight words and codes
 // are random; the reference is the block's dot of signs and codes straight from the element
-// order (weight word t bit i = element 32t+i; code word t*8+k byte i = element 32t+8i+k).
+// order (weight word t bit i = element 32t+i; code word t*8+k byte i = element 32t+8i+k), taken
+// at the row and token where the kernel stores each D register (imma_d_row, imma_d_token).
 TEST(Q1Imma, FragmentsGiveEachRowAndTokenItsSignedBlockDot) {
   using cuda::mm::imma_b_word;
   using cuda::mm::imma_bits;
+  using cuda::mm::imma_d_row;
+  using cuda::mm::imma_d_token;
   using cuda::mm::imma_signed_dot;
   std::mt19937 rng(7);
   std::uniform_int_distribution<uint32_t> word;
@@ -270,9 +273,8 @@ TEST(Q1Imma, FragmentsGiveEachRowAndTokenItsSignedBlockDot) {
       }
     }
     for (int lane = 0; lane < 32; ++lane) {
-      const int g = lane / 4, t = lane % 4;
-      for (int c = 0; c < 4; ++c) {
-        const int row = g + 8 * (c / 2), col = 2 * t + c % 2;
+      for (int c = 0; c < 4; ++c) {  // where the kernel stores D register c of this lane
+        const int row = imma_d_row(lane, c), col = imma_d_token(lane, c);
         int want = 0, sum = 0;
         for (int e = 0; e < 128; ++e) {
           const int sign = (w[row][e / 32] >> (e % 32)) & 1 ? 1 : -1;

@@ -409,8 +409,8 @@ __device__ __forceinline__ void imma_quad(const ImmaStage& st, const ImmaWeights
       }
       const int d[4] = {dc[0][0] + dc[1][0], dc[0][1] + dc[1][1], dc[0][2] + dc[1][2],
                         dc[0][3] + dc[1][3]};
-      const ActMeta m0 = st.meta[(grp * 8 + 2 * t) * kQuadBlocks + b];
-      const ActMeta m1 = st.meta[(grp * 8 + 2 * t + 1) * kQuadBlocks + b];
+      const ActMeta m0 = st.meta[(grp * 8 + imma_d_token(lane, 0)) * kQuadBlocks + b];
+      const ActMeta m1 = st.meta[(grp * 8 + imma_d_token(lane, 1)) * kQuadBlocks + b];
       float* o = acc[grp];
       o[0] = fmaf(static_cast<float>(imma_signed_dot(d[0], m0.sum)), dw.x * m0.d, o[0]);
       o[1] = fmaf(static_cast<float>(imma_signed_dot(d[1], m1.sum)), dw.x * m1.d, o[1]);
@@ -455,12 +455,12 @@ __global__ void __launch_bounds__(kImmaWarps * 32, 2) q1_imma_kernel(Q1Args a) {
     cur = next;
   }
   if (!active) return;
-  const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int grp = 0; grp < kImmaGroups; ++grp) {
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      const int row = tile * kTileRows + g + 8 * (c >> 1), tok = tok0 + grp * 8 + 2 * t + (c & 1);
+      const int row = tile * kTileRows + imma_d_row(lane, c);
+      const int tok = tok0 + grp * 8 + imma_d_token(lane, c);
       if (row < a.n_out && tok < a.n_tokens) a.y[int64_t(tok) * a.ldy + row] = acc[grp][c];
     }
   }

@@ -12,7 +12,8 @@
 //   B: b0 / b1 = code words imma_b_word(t, j, 0) / (t, j, 1) of token g.
 // The A bytes are the weight bits (0 or 1), so the four mmas give D = sum_j b_j q_j and the
 // block's signed dot is imma_signed_dot(D, sum q) = 2D - sum q (signs s = 2b - 1), exact.
-// D's lane layout: c0 = (row g, token 2t), c1 = (g, 2t+1), c2 = (g+8, 2t), c3 = (g+8, 2t+1).
+// D's lane layout (imma_d_row, imma_d_token): c0 = (row g, token 2t), c1 = (g, 2t+1), c2 =
+// (g+8, 2t), c3 = (g+8, 2t+1).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -29,6 +30,14 @@ __host__ __device__ __forceinline__ uint32_t imma_bits(uint32_t w, int k) {
 // The code word (of a block's 32) that lane t passes as b0 (r = 0) or b1 (r = 1) in mma j.
 __host__ __device__ __forceinline__ int imma_b_word(int t, int j, int r) {
   return t * 8 + 2 * j + r;
+}
+
+// D register c (0..3) of lane g*4+t: row g + 8 (c / 2) of the tile, token 2t + c % 2 of the 8.
+__host__ __device__ __forceinline__ int imma_d_row(int lane, int c) {
+  return (lane >> 2) + 8 * (c >> 1);
+}
+__host__ __device__ __forceinline__ int imma_d_token(int lane, int c) {
+  return 2 * (lane & 3) + (c & 1);
 }
 
 // The block's dot of signs 2b - 1 with codes q from D = sum b q and the codes' sum.

@@ -294,11 +294,10 @@ __global__ void __launch_bounds__(32 * max_slices(kQ)) q1_kernel(Q1Args a) {
 // GEMV does. Per 16 rows x 8 tokens x 128 elements a warp issues ~38 instructions (4 MMA, 2
 // LDS.128 of codes, 2 LDS.64 of scales, 4 IADD joining two mma chains, 4 x IMAD + I2F + FMUL +
 // FFMA, and a quarter of the 32 SHF/LOP that make a block's A registers), where the b1 kernel
-// issues 8 x ~17.5. Measured
-// (H200, 2026-12-05, bench/RESULTS.md): 5120->17408 x 512 tokens 1290 -> 267 µs (171 T MAC/s,
-// 27% of the s8 mma rate), then 250 µs with two accumulator chains (below); pp512 1434 -> 3703
-// tok/s. Not bound by I2F: converting by a 1.5 * 2^23 bias instead (IMAD + FADD) measured 2-4%
-// slower.
+// issues 8 x ~17.5. Measured (H200, 2026-12-05, bench/RESULTS.md): 5120->17408 x 512 tokens
+// 1290 -> 267 µs (171 T MAC/s, 27% of the s8 mma rate), then 250 µs with two accumulator chains
+// (below); pp512 1434 -> 3703 tok/s. Not bound by I2F: converting by a 1.5 * 2^23 bias instead
+// (IMAD + FADD) measured 2-4% slower.
 //
 // A CTA is kImmaWarps row tiles (a warp each) x kImmaTokens tokens (4 groups of 8) and walks
 // n_in a quad (4 blocks) at a time. The tokens' codes and scales of a quad are staged in

@@ -11,8 +11,8 @@
 // several blocks, 5120 and 17408 (plain formats also 77, which no 16-byte chunk divides; Q1_0
 // also 20480 and 24448, four quads a chunk); every Bonsai-27B Q1_0 shape and the output head
 // (5120 -> 248320, GEMV); n_tokens 1 (GEMV) and 2, 7, 64, 512 (batched; Q1_0 also 9, 33, 40,
-// 65, 130, 5120 -> 17408 at 512 for the int8 prefill product, and 65605, more tokens than one
-// quantise launch's grid takes).
+// 50, 59, 65, 130, 5120 -> 17408 at 512 for the int8 prefill product, and 65605, more tokens
+// than one quantise launch's grid takes).
 //
 // References and tolerances (max|gpu - ref| / max|ref|, matmul_reference() in matmul.cu):
 //   matmul_q1_0       quant::dot_row_q1_0_q8_128, the kernel's own arithmetic: activations

@@ -5,7 +5,8 @@
 # (also: chain [bench/chain_lab, the persistent GEMV chain], smbw [bench/sm_bw_lab, the DRAM
 # bandwidth of G SMs], icache [bench/icache_lab, what cold code costs], ncu [the one-launch
 # GEMV's stall reasons per SASS line], ncuchain [the same for the chain kernel], profile
-# [every kernel's time in decode steps, one at a time under ncu], sass, prevsass, altsass [the
+# [every kernel's time in decode steps, one at a time under ncu], prefillprofile [the
+# same for pp512 prefills], sass, prevsass, altsass [the
 # one-launch GEMV's SASS of gdn, gdn_prev, gdn_alt], timeline and timelinebase [gdn bench
 # --timeline, all exact rungs / baseline + graphs], timelinetests, opsof [OPS="a b": gdn ops
 # --op per name; OPS_PERF=1: with --perf],
@@ -83,6 +84,14 @@ for s in "${steps[@]}"; do
       --launch-skip "${PROFILE_SKIP:-2000}" --launch-count "${PROFILE_COUNT:-1100}" \
       "$bin/src/app/gdn" bench -p 0 -n 16 -r 1 --rounds 1 --rungs all,-graphs
     python3 scripts/profile_table.py "$out/profile.log" >"$out/profile_table.log" 2>&1 ;;
+    # The same for one pp512 prefill (the synthetic model's set-up kernels come first: skip
+    # them with PROFILE_SKIP; the table groups launches by kernel, so they show as their own rows).
+    prefillprofile) run_step prefillprofile ncu --clock-control none --cache-control none \
+      --metrics gpu__time_duration.sum --csv --print-units base --kernel-name-base demangled \
+      --launch-skip "${PROFILE_SKIP:-0}" --launch-count "${PROFILE_COUNT:-1500}" \
+      "$bin/src/app/gdn" bench -p 512 -n 0 -r 1 --rounds 1
+    python3 scripts/profile_table.py "$out/prefillprofile.log" --dispatches 1 \
+      >"$out/prefillprofile_table.log" 2>&1 ;;
     opsperf) run_step opsperf "$bin/src/app/gdn" ops --perf ;;
     tests) run_step tests "$bin/tests/test_cuda_backend" ;;
     ladder) run_step ladder "$bin/tests/test_cuda_ladder" ;;

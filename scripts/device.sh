@@ -90,7 +90,7 @@ for s in "${steps[@]}"; do
       --metrics gpu__time_duration.sum --csv --print-units base --kernel-name-base demangled \
       --launch-skip "${PROFILE_SKIP:-0}" --launch-count "${PROFILE_COUNT:-1500}" \
       "$bin/src/app/gdn" bench -p 512 -n 0 -r 1 --rounds 1
-    python3 scripts/profile_table.py "$out/prefillprofile.log" --dispatches 1 \
+    python3 scripts/profile_table.py "$out/prefillprofile.log" --dispatches 0 \
       >"$out/prefillprofile_table.log" 2>&1 ;;
     opsperf) run_step opsperf "$bin/src/app/gdn" ops --perf ;;
     tests) run_step tests "$bin/tests/test_cuda_backend" ;;

@@ -6,7 +6,7 @@ gpu__time_duration.sum, one row per kernel launch, kernels run one at a time).
 
 N is the decode step's dispatches per token (`gdn bench` prints it; 516 for Bonsai-27B with
 every exact rung): the launches in the log are divided by it to give launches and time per
-token. Kernels are grouped by name (template arguments kept, parameters dropped) and launch
+token. N = 0: totals over the whole log (a prefill profile: one row of launches is not a token). Kernels are grouped by name (template arguments kept, parameters dropped) and launch
 shape, largest total first.
 """
 import argparse
@@ -30,7 +30,8 @@ def launches(path):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("log")
-    p.add_argument("--dispatches", type=int, default=516, help="dispatches per token")
+    p.add_argument("--dispatches", type=int, default=516,
+                   help="dispatches per token (0: totals over the log)")
     args = p.parse_args()
     total = collections.defaultdict(float)
     count = collections.Counter()
@@ -40,9 +41,10 @@ def main():
         count[key] += 1
     if not count:
         sys.exit(f"{args.log}: no profiled launches")
-    tokens = sum(count.values()) / args.dispatches
+    tokens = sum(count.values()) / args.dispatches if args.dispatches > 0 else 1.0
     all_ns = sum(total.values())
-    print(f"{sum(count.values())} launches = {tokens:.2f} tokens; kernel time per token "
+    per = "per token" if args.dispatches > 0 else "in all (columns 'per token': the whole log)"
+    print(f"{sum(count.values())} launches = {tokens:.2f} tokens; kernel time {per} "
           f"{all_ns / tokens / 1e3:.1f} us (each kernel alone: no overlap between launches)")
     print(f"| kernel | grid | block | per token | us each | us per token | share |")
     print("|---|---|---|---:|---:|---:|---:|")

@@ -5,6 +5,7 @@
 // silent fallback. Needs a GPU: without one every test is skipped with a message.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -12,6 +13,7 @@
 #include "cuda/cuda_executor.h"
 #include "cuda/device.h"
 #include "hf_fixture.h"
+#include "model/program.h"
 #include "model/weights.h"
 #include "synth/synth.h"
 
@@ -109,6 +111,18 @@ TEST(CudaLadder, EveryExactCombinationIsBitIdenticalOnBonsai27B) {
   o.type = quant::Type::Q1_0;
   auto mem = synth::make_in_memory(synth::preset("bonsai-27b"), o);
   EXPECT_EQ(identical_combinations(mem->model, {1}, 128, "bonsai-27b q1_0"), 128);
+  // With every exact rung each fused GEMV step is one launch: the GDN qkv steps fold their BF16
+  // beta and alpha rows into the Q1_0 launch (FusedGemv::fold_*) instead of a side launch.
+  cuda::CudaExecutor ex(mem->model, {.n_slots = 1, .n_ctx = 64, .rungs = Rungs::exact()});
+  std::vector<float> row;
+  const int32_t id = 1;
+  ex.forward(std::span(&id, 1), 0, false, row);
+  const model::Program p = model::build_forward(mem->model, 1, false, {.rungs = Rungs::exact()});
+  const auto fused_steps = std::count_if(p.steps.begin(), p.steps.end(), [](const model::Step& s) {
+    return s.op == model::Op::MatMulFused;
+  });
+  EXPECT_EQ(ex.last_dispatch_count().by_op[static_cast<size_t>(model::Op::MatMulFused)],
+            fused_steps);
 }
 
 // f16/bf16 states are not exact: the deviation from the f32 state and the first differing

@@ -47,6 +47,12 @@
 //                             the GPU prologue's output, the epilogue in f32; the format's
 //                             tolerance. (The prologue kernels themselves are checked against
 //                             the CPU by the ops family.)
+// Rows folded into a Q1_0 launch (FusedGemv::fold_*: the decode's BF16 beta and alpha computed
+// by the qkv GEMV's CTAs): matmul_fused_q1_0_fold, the folded launch against the two families
+// launched apart (memcmp of every output, padding and conv state included; the decode's qkv
+// shapes, one folded matrix, a padded quad, small ranges); matmul_fused_q1_0_fold_refuses, the
+// folds q1_fold_refusal must name and matmul_fused must not run (too many rows, F32 rows, the
+// staged prologue) or the executor must not ask for (another prologue).
 //
 // With --perf, GEMV cases of the Bonsai shapes (and one prefill batch) are timed with enough
 // uploaded copies of the matrix that they exceed 150 MB (rotated by launch index, so weights come
@@ -1158,9 +1164,176 @@ void add_matmul_checks(Context& ctx, std::vector<Result>& out) {
   }
 }
 
+// Rows folded into a Q1_0 launch (FusedGemv::fold_*, the GDN qkv step's BF16 beta and alpha in
+// the decode): the folded launch against the two families launched apart, bit for bit (every
+// output with its poisoned padding, and the conv state).
+struct FoldCase {
+  int64_t n_in;
+  std::vector<int64_t> q1_outs, fold_outs;
+  bool conv;  // the Q1_0 family ConvSilu (its second matrix through SiLU), else Store
+  int spare_sms;
+  const char* label;
+};
+
+void run_fold_case(Context& ctx, std::vector<Result>& out, const FoldCase& c) {
+  cudaStream_t s = ctx.stream();
+  constexpr int64_t kPad = 3, kConvKernel = 4;
+  std::vector<uint8_t> st;
+  std::vector<GpuMatrix> q1, bf;
+  for (int64_t n : c.q1_outs)
+    q1.push_back(upload_matrix(expand(random_matrix(ctx, Type::Q1_0, c.n_in, n), "q1", st), s));
+  for (int64_t n : c.fold_outs)
+    bf.push_back(upload_matrix(expand(random_matrix(ctx, Type::BF16, c.n_in, n), "bf16", st), s));
+  const std::vector<float> x = ctx.random(static_cast<size_t>(c.n_in));
+  const std::vector<float> norm = ctx.random(static_cast<size_t>(c.n_in), 0.5f, 1.5f);
+  const int64_t conv_floats = (kConvKernel - 1) * c.q1_outs[0];
+  const std::vector<float> conv_w = ctx.random(static_cast<size_t>(kConvKernel * c.q1_outs[0]));
+  const std::vector<float> state0 = ctx.random(static_cast<size_t>(conv_floats));
+  const DeviceBuffer dx = poisoned_copy(x, c.n_in + 4, s), dn = poisoned_copy(norm, c.n_in, s),
+                     dw = poisoned_copy(conv_w, int64_t(conv_w.size()), s);
+
+  // One run's outputs: the Q1_0 family's, then the folded family's, then the conv state.
+  struct Run {
+    std::vector<DeviceBuffer> y;
+    DeviceBuffer state;
+  };
+  const auto fresh = [&] {
+    Run r{{}, poisoned_copy(state0, conv_floats, s)};
+    for (int64_t n : c.q1_outs) r.y.push_back(poisoned_copy({}, n + kPad, s));
+    for (int64_t n : c.fold_outs) r.y.push_back(poisoned_copy({}, n + kPad, s));
+    return r;
+  };
+  const auto family = [&](std::vector<GpuMatrix>& ws, Run& r, size_t y0) {
+    FusedGemv f;
+    f.prologue = Prologue::RmsNorm;
+    f.x = dx.as<float>();
+    f.norm = dn.as<float>();
+    f.eps = 1e-6f;
+    for (GpuMatrix& w : ws) {
+      f.w[f.n] = &w;
+      f.y[f.n] = r.y[y0 + size_t(f.n)].as<float>();
+      ++f.n;
+    }
+    return f;
+  };
+  const auto q1_family = [&](Run& r) {
+    FusedGemv f = family(q1, r, 0);
+    f.spare_sms = c.spare_sms;
+    if (c.conv) {
+      f.epilogue = Epilogue::ConvSilu;
+      f.conv_w = dw.as<float>();
+      f.conv_state = r.state.as<float>();
+      f.conv_kernel = static_cast<int>(kConvKernel);
+      f.silu_mat = f.n > 1 ? 1 : -1;
+    }
+    return f;
+  };
+  Run apart = fresh(), folded = fresh();
+  matmul_fused(family(bf, apart, q1.size()), s);
+  matmul_fused(q1_family(apart), s);
+  const FusedGemv side = family(bf, folded, q1.size()), main = q1_family(folded);
+
+  Result r;
+  r.op = "matmul_fused_q1_0_fold";
+  std::string outs, fold;
+  for (int64_t n : c.q1_outs) outs += fmt::format("{}{}", outs.empty() ? "" : "+", n);
+  for (int64_t n : c.fold_outs) fold += fmt::format("{}{}", fold.empty() ? "" : "+", n);
+  r.shape = fmt::format("{}{}->{} {} + bf16 {} folded, {} SMs spare", c.label, c.n_in, outs,
+                        c.conv ? "conv_silu" : "store", fold, c.spare_sms);
+  r.detail = q1_fold_refusal(main, side);
+  if (r.detail.empty()) {
+    matmul_fused(with_fold(main, side), s);
+    int64_t diff = 0;
+    for (size_t i = 0; i < apart.y.size(); ++i) {
+      const size_t n = apart.y[i].bytes() / sizeof(float);
+      const std::vector<float> a = download(folded.y[i], n, s), b = download(apart.y[i], n, s);
+      for (size_t j = 0; j < n; ++j) {
+        if (std::memcmp(&a[j], &b[j], sizeof(float)) == 0) continue;
+        if (diff++ == 0)
+          r.detail = fmt::format("output {} float {}: {} against {}", i, j, a[j], b[j]);
+      }
+    }
+    if (!same_bits(download(folded.state, size_t(conv_floats), s),
+                   download(apart.state, size_t(conv_floats), s))) {
+      ++diff;
+      r.detail += " (the conv state differs)";
+    }
+    r.error = double(diff);
+    r.passed = diff == 0;
+  }
+  out.push_back(r);
+}
+
+// Folds that must be refused: q1_fold_refusal names why, and where the launch itself cannot
+// fold (not only the executor's rule that the rows share the launch's input), matmul_fused
+// throws rather than compute something else.
+void add_fold_refusals(Context& ctx, std::vector<Result>& out) {
+  cudaStream_t s = ctx.stream();
+  std::vector<uint8_t> st;
+  const auto up = [&](Type t, int64_t n_in, int64_t n_out) {
+    return upload_matrix(expand(random_matrix(ctx, t, n_in, n_out), "w", st), s);
+  };
+  const GpuMatrix q1 = up(Type::Q1_0, 640, 1024), bf = up(Type::BF16, 640, 2),
+                  many = up(Type::BF16, 640, 1000), f32 = up(Type::F32, 640, 2),
+                  long_q1 = up(Type::Q1_0, 17408, 64), long_bf = up(Type::BF16, 17408, 2);
+  DeviceBuffer buf(size_t(1) << 20);
+  float* x = buf.as<float>();
+  float* y = x + 32768;
+  const auto gemv = [&](const GpuMatrix& w, float* yw) {
+    FusedGemv f = plain_gemv(w, x, yw);
+    f.prologue = Prologue::RmsNorm;
+    f.norm = x;
+    return f;
+  };
+  struct Refusal {
+    const char* what;
+    FusedGemv main, side;
+    bool launch;  // matmul_fused must refuse it too
+  };
+  FusedGemv unnormed = gemv(bf, y + 1024);
+  unnormed.prologue = Prologue::None;
+  FusedGemv misaligned = gemv(q1, y), misaligned_side = gemv(bf, y + 1024);
+  misaligned.x = misaligned_side.x = x + 1;
+  const std::vector<Refusal> cases = {
+      {"another prologue", gemv(q1, y), unnormed, false},
+      {"1000 rows for fewer CTAs", gemv(q1, y), gemv(many, y + 1024), true},
+      {"F32 rows", gemv(q1, y), gemv(f32, y + 1024), true},
+      {"n_in 17408: the staged prologue", gemv(long_q1, y), gemv(long_bf, y + 1024), true},
+      {"x misaligned: the staged prologue", misaligned, misaligned_side, true},
+  };
+  for (const Refusal& rc : cases) {
+    Result r;
+    r.op = "matmul_fused_q1_0_fold_refuses";
+    r.shape = rc.what;
+    const std::string why = q1_fold_refusal(rc.main, rc.side);
+    bool launched = false;
+    if (rc.launch) {
+      try {
+        matmul_fused(with_fold(rc.main, rc.side), s);
+        CUDA_CHECK(cudaStreamSynchronize(s));
+        launched = true;
+      } catch (const Error&) {
+      }
+    }
+    r.passed = !why.empty() && !launched;
+    r.detail = why.empty() ? "q1_fold_refusal gave no reason" : launched ? "launched" : "";
+    out.push_back(r);
+  }
+}
+
 void add_matmul_fused_checks(Context& ctx, std::vector<Result>& out) {
   add_fused_checks(ctx, out);
   add_fused_refusals(ctx, out);
+  // The decode's qkv step (beta and alpha on 96 of the CTAs, 4 SMs left spare as the executor
+  // does), one folded matrix, a padded quad with 39 chunks a range, and 10 ranges of 8 chunks
+  // (a launch of 2 CTAs: a row each).
+  for (const FoldCase& c : {FoldCase{5120, {10240, 6144}, {48, 48}, true, 4, "qkv+z "},
+                            FoldCase{5120, {10240, 6144}, {48}, false, 0, ""},
+                            FoldCase{4992, {1000, 77}, {5, 3}, true, 0, ""},
+                            FoldCase{640, {300, 77}, {1, 1}, true, 0, ""}}) {
+    run_fold_case(ctx, out, c);
+  }
+  add_fold_refusals(ctx, out);
   // Bonsai-27B's gate+up -> ffn_down (132 of its 136 blocks on the H200's 132 SMs), then
   // fewer SMs, more blocks each and a shared remainder (8 of 9 on 2 SMs, 9 of 11 on 3).
   for (const CodesCase& c : {CodesCase{5120, 17408, 5120, 0}, CodesCase{5120, 1152, 200, 2},

@@ -527,6 +527,8 @@ int CudaExecutor::recurrence(const model::Step& s, ProgramMem& pm, Slot& slot, c
 // ncu the recurrence alone went 8.80 -> 16.29 us with 87% more instructions. Nor with the side
 // launch's row groups shared by clusters of 2 or 4 CTAs (branch exp/s30-side-parts,
 // bit-identical): qkv step 17.6-17.9 us, tg128 313-316 against 335-337.
+// Tried next (fold() below): a row per CTA, its chunk parts formed by the threads that quantise
+// the same eighths of p(x) in the Q1_0 GEMV's prologue, the range sums by the first warp done.
 int CudaExecutor::fused_matmul(const model::Step& s, ProgramMem& pm, Slot& slot) {
   const int n = s.n_mats();
   const DevRows x = view(pm, s.in[0]);
@@ -589,18 +591,32 @@ int CudaExecutor::fused_matmul(const model::Step& s, ProgramMem& pm, Slot& slot)
   }
   codes_next_ = nullptr;  // codes reach only the step right after their producer
   if (families.size() == 1) link_codes(s, pm, families[main]);
-  if (families.size() > 1) {
-    fork_side();
-    for (size_t i = 0; i < families.size(); ++i) {
-      if (i == main) continue;
-      families[main].spare_sms += static_cast<int>(matmul_fused(families[i], side_));
-      std::vector<model::View> ranges(s.in.begin(), s.in.end());
-      for (size_t k : members[i]) ranges.push_back(s.mouts[k]);
-      side_done(ranges);
-    }
+  int launches = 1;
+  for (size_t i = 0; i < families.size(); ++i) {
+    if (i == main || fold(families[main], families[i])) continue;
+    if (launches++ == 1) fork_side();
+    families[main].spare_sms += static_cast<int>(matmul_fused(families[i], side_));
+    std::vector<model::View> ranges(s.in.begin(), s.in.end());
+    for (size_t k : members[i]) ranges.push_back(s.mouts[k]);
+    side_done(ranges);
   }
   matmul_fused(families[main], stream_);
-  return static_cast<int>(families.size());
+  return launches;
+}
+
+// The side family's rows computed by the main launch instead (FusedGemv::fold_*: the qkv
+// step's BF16 beta and alpha, CTA r row r, bit-identical), where it can take them. The main
+// launch still leaves free the SMs the side launch would have held (its row groups): with
+// every SM taken by the GEMV, the GDN recurrence's CTAs lost the early start they make there
+// (4.47 -> 5.14 µs; H200, 2026-12-02, branch exp/s14-side-fold).
+// Predicted (not yet measured): the qkv step 12.9 -> ~10 µs (9.67 with the side launch
+// skipped, plus ~0.3 for the fold's loads and sums), tg128 ~+5%.
+bool CudaExecutor::fold(FusedGemv& main, const FusedGemv& side) const {
+  FusedGemv f = main;
+  for (int k = 0; k < side.n; ++k) f.spare_sms += static_cast<int>(side.w[k]->n_row_tiles);
+  if (!q1_fold_refusal(f, side).empty()) return false;
+  main = with_fold(f, side);
+  return true;
 }
 
 // When s is a Q1_0 gate+up GEMV whose CTAs can own whole blocks of its output and the next

@@ -65,6 +65,7 @@ class CudaExecutor : public runtime::Executor {
   int launch(const model::Step& s, ProgramMem& pm, std::span<const int32_t> ids, Slot& slot,
              cudaStream_t st);
   int fused_matmul(const model::Step& s, ProgramMem& pm, Slot& slot);
+  bool fold(FusedGemv& main, const FusedGemv& side) const;
   // Side-stream work (concurrent steps, see step(); a fused step's second kernel family, see
   // fused_matmul): forked from the main stream's state, joined into it before a main step
   // touches what the side work reads or writes, and at the end of every forward.

@@ -366,8 +366,36 @@ int q1_codes_out_blocks(const FusedGemv& f) {
   return mm::codes_out_blocks_q1_0(f, mm::q1_default_options(f.w[0]->n_in, 0));
 }
 
+FusedGemv with_fold(FusedGemv f, const FusedGemv& side) {
+  f.fold_n = side.n;
+  for (int i = 0; i < std::min(side.n, 2); ++i) {
+    f.fold_w[i] = side.w[i];
+    f.fold_y[i] = side.y[i];
+  }
+  return f;
+}
+
+std::string q1_fold_refusal(const FusedGemv& f, const FusedGemv& side) {
+  check_fused(f);
+  check_fused(side);
+  if (f.w[0]->type != quant::Type::Q1_0 || f.w[0]->f32_activations) {
+    return "the launch is not an int8 Q1_0 GEMV";
+  }
+  if (f.fold_n != 0) return "the launch already folds rows in";
+  if (side.epilogue != Epilogue::Store || side.silu_mat >= 0)
+    return "the rows are not stored plain";
+  if (side.prologue != f.prologue || side.x != f.x || side.gate != f.gate || side.norm != f.norm ||
+      side.eps != f.eps || side.head_dim != f.head_dim) {
+    return "the rows have another input or prologue";
+  }
+  return mm::fold_refusal_q1_0(with_fold(f, side), mm::q1_default_options(f.w[0]->n_in, 0));
+}
+
 unsigned matmul_fused(const FusedGemv& f, cudaStream_t s) {
   check_fused(f);
+  if (f.fold_n != 0 && (f.w[0]->type != quant::Type::Q1_0 || f.w[0]->f32_activations)) {
+    fail("cuda matmul_fused of {}: only an int8 Q1_0 GEMV folds rows in", describe_fused(f));
+  }
   switch (f.w[0]->type) {
     case quant::Type::Q1_0:
       return f.w[0]->f32_activations

@@ -144,6 +144,15 @@ __host__ __device__ constexpr int chunked_warps(int n_chunks) {
   const int w = n_chunks / kMinChunksPerWarp;
   return w < 1 ? 1 : w > kMaxWarps ? kMaxWarps : w;
 }
+// The one-token chunked GEMVs' ranges: chunked_warps(n_chunks) of `per` chunks (the last ones
+// shorter or empty), summed each from 0 in chunk order, then added in range order from 0.
+struct ChunkRanges {
+  int n, per;
+};
+__host__ __device__ constexpr ChunkRanges chunk_ranges(int n_chunks) {
+  const int n = chunked_warps(n_chunks);
+  return {n, (n_chunks + n - 1) / n};
+}
 
 // CTAs that share one row group's `warps` chunk ranges in the one-token chunked_kernel (a
 // cluster; the portable limit is 8): doubled while it divides the ranges and the grid of
@@ -192,6 +201,21 @@ __device__ __forceinline__ void load_x(const float* xr, int k, int n_in, float (
   }
 }
 
+// One chunk's part of a dot: its kSub decoded weights against their activations, an FMA chain
+// from `part`; and the part added into its range's sum, scaled by the chunk's block d (1 for the
+// unscaled formats). chunked_dot's per-chunk arithmetic, shared with the Q1_0 GEMV's folded
+// rows (matmul_q1_0.cu), which must give the same bits.
+template <int kSub>
+__device__ __forceinline__ float chunk_fma(const float (&w)[kSub], const float (&xv)[kSub],
+                                           float part) {
+#pragma unroll
+  for (int e = 0; e < kSub; ++e) part = fmaf(w[e], xv[e], part);
+  return part;
+}
+__device__ __forceinline__ float add_chunk(float acc, float d, float part) {
+  return fmaf(d, part, acc);
+}
+
 // One lane's dot products over chunks [c_begin, c_end) of its row (codes/scales point at the
 // row group's first chunk/block, plus the lane) for nt <= NT tokens: per chunk, an FMA chain
 // over its elements from 0, scaled once and added into acc. xload(n, k, xv) fills the kSub
@@ -233,12 +257,11 @@ __device__ __forceinline__ void chunked_dot(const uint4* codes, const __half* sc
           if (NT > 1 && n >= nt) break;
           float xv[kSub];
           xload(n, k, xv);
-#pragma unroll
-          for (int e = 0; e < kSub; ++e) part[n] = fmaf(w[e], xv[e], part[n]);
+          part[n] = chunk_fma(w, xv, part[n]);
         }
       }
 #pragma unroll
-      for (int n = 0; n < NT; ++n) acc[n] = fmaf(d, part[n], acc[n]);
+      for (int n = 0; n < NT; ++n) acc[n] = add_chunk(acc[n], d, part[n]);
     }
   }
 }
@@ -329,8 +352,9 @@ void chunked_matmul(const GpuMatrix& w, const float* x, int64_t ldx, float* y, i
   a.n_blocks = F::kChunksPerBlock > 0 ? static_cast<int>(w.n_col_tiles / F::kChunksPerBlock) : 0;
   a.n_tokens = static_cast<int>(n_tokens);
   const int64_t groups = w.n_row_tiles;
-  const int warps = chunked_warps(a.n_chunks);
-  a.chunks_per_warp = static_cast<int>(ceil_div(a.n_chunks, warps));
+  const ChunkRanges ranges = chunk_ranges(a.n_chunks);
+  const int warps = ranges.n;
+  a.chunks_per_warp = ranges.per;
   const bool vec = aligned16(x) && ldx % 4 == 0;
   const dim3 block(32 * warps);
   a.parts = 1;
@@ -825,8 +849,9 @@ unsigned chunked_fused(const FusedGemv& f, cudaStream_t s) {
   ChunkedFusedArgs a{};
   a.n_chunks = static_cast<int>(w0.n_col_tiles);
   a.n_blocks = F::kChunksPerBlock > 0 ? a.n_chunks / F::kChunksPerBlock : 0;
-  const int warps = chunked_warps(a.n_chunks);
-  a.chunks_per_warp = static_cast<int>(ceil_div(a.n_chunks, warps));
+  const ChunkRanges ranges = chunk_ranges(a.n_chunks);
+  const int warps = ranges.n;
+  a.chunks_per_warp = ranges.per;
   a.n_stage = a.n_chunks * F::kElems;  // a multiple of 4
   a.epi = epilogue_args(f);
   const bool pair = f.epilogue == Epilogue::SiluMulPair;
@@ -959,5 +984,7 @@ unsigned matmul_fused_q1_0_f32act(const FusedGemv& f, cudaStream_t s);
 // kBmma2 or kBmma4; matmul_fused passes q1_default_options(n_in, 0)).
 unsigned matmul_fused_q1_0(const FusedGemv& f, const Q1Options& o, cudaStream_t s);
 int codes_out_blocks_q1_0(const FusedGemv& f, const Q1Options& o);  // q1_codes_out_blocks
+// Why f (its fold_* set) cannot run with o (empty: it can): q1_fold_refusal's last check.
+std::string fold_refusal_q1_0(const FusedGemv& f, const Q1Options& o);
 
 }  // namespace gdn::cuda::mm

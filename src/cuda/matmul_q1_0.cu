@@ -89,6 +89,7 @@
 #include "common/parallel.h"
 #include "cuda/act_quantize.cuh"
 #include "cuda/async_copy.cuh"
+#include "cuda/float_formats.cuh"
 #include "cuda/matmul.cuh"
 #include "cuda/q1_chain.h"
 #include "cuda/q1_dot.cuh"
@@ -607,6 +608,16 @@ struct Q1GemvArgs {
   int blocks_in;
   EpilogueArgs epi;
   PrologueArgs pro;
+  // Folded rows (FusedGemv::fold_*, the kFold kernel): CTA r < fold_rows[1] computes row r of
+  // the BF16 matrices' concatenation (fold_rows[0] rows of matrix 0 first) over fold_chunks
+  // chunks in fold_ranges ranges of fold_per chunks. Last, so that the other kernels' parameter
+  // offsets (and SASS) stay as they were.
+  const uint4* fold_codes[2];  // [n_groups][fold_chunks][32] (matmul.cuh's chunked layout)
+  float* fold_y[2];
+  int fold_rows[2];
+  int fold_chunks, fold_ranges, fold_per;
+  FastDiv fold_div;  // by fold_per
+  int off_fold;  // bytes into the dynamic shared memory: the chunks, then their parts
 };
 
 // The lab's timeline events (thread 0, so team 0): entry, pdl_wait returned, its warp's norm
@@ -645,8 +656,9 @@ struct GemvStep {
 // One thread's view of a one-launch GEMV CTA: the prologue, the per-slot product, reduction
 // and epilogue. Shared memory (host: gemv_layout): staged p(x) [n_stage floats] | act
 // [n_blocks][32] | meta [n_blocks] | norm sums and scales | slice sums [2 parities][2 pair
-// matrices][warps][16] | ConvSilu's taps [teams][16][kConvTapFloats].
-template <int kQ, bool kTraced>
+// matrices][warps][16] | ConvSilu's taps [teams][16][kConvTapFloats] | kFold: the folded row's
+// chunks [fold_chunks] (uint4) and their parts [fold_per][fold_ranges].
+template <int kQ, bool kTraced, bool kFold>
 struct GemvCta {
   const Q1GemvArgs& a;
   float4* stage;
@@ -784,7 +796,73 @@ struct GemvCta {
     copy_codes_in();
     quantise_x();
     stamp(kTraceQuantised);
-    __syncthreads();  // act / meta are complete before any warp's product reads them
+    __syncthreads();  // act / meta (and the folded row's parts) are complete
+  }
+
+  // Folded rows (kFold; FusedGemv::fold_*). Their chunks and parts in shared memory (found from
+  // the parameters on each use: pointers held from the constructor made ptxas spill).
+  __device__ uint4* fold_chunks() const {
+    return reinterpret_cast<uint4*>(reinterpret_cast<unsigned char*>(stage) + a.off_fold);
+  }
+  __device__ float* fold_parts() const {
+    return reinterpret_cast<float*>(fold_chunks() + a.fold_chunks);
+  }
+  __device__ int* fold_done() const {  // warps past their last slot
+    return reinterpret_cast<int*>(fold_parts() + a.fold_per * a.fold_ranges);
+  }
+  // The CTA's row r and matrix m, -1 where it has none.
+  __device__ int fold_matrix(int& r) const {
+    r = static_cast<int>(blockIdx.x);
+    if (r >= a.fold_rows[1]) return -1;
+    if (r < a.fold_rows[0]) return 0;
+    r -= a.fold_rows[0];
+    return 1;
+  }
+  // This thread's chunk of the CTA's folded row, chunk u = its eighth of x (the direct
+  // prologue's one eighth a thread), copied into shared memory before pdl_wait (weights never
+  // depend on the previous kernel): held in registers through the prologue instead, it made
+  // ptxas spill 28 bytes at the kernel's 96.
+  __device__ void stage_fold_chunk() const {
+    if (threadIdx.x == 0) *fold_done() = 0;  // read after the prologue's barrier
+    int r;
+    const int m = fold_matrix(r), u = static_cast<int>(threadIdx.x);
+    if (m < 0 || u >= a.fold_chunks) return;
+    cp_async_or_zero(fold_chunks() + u,
+                     a.fold_codes[m] + (int64_t(r / 32) * a.fold_chunks + u) * 32 + r % 32, true);
+    cp_async_commit();
+  }
+  // Chunk u's part on the eighth's p(x), as chunked_dot forms it, into [u % per][u / per]: its
+  // range's parts lie one range apart, so the range sums below read them without conflicts.
+  __device__ void fold_part(const float (&e8)[8]) const {
+    int r;
+    const int u = static_cast<int>(threadIdx.x);
+    if (fold_matrix(r) < 0 || u >= a.fold_chunks) return;
+    cp_async_wait<0>();  // this thread's own copy
+    float w[8];
+    BF16Format::decode(fold_chunks()[u], 0, w);
+    const int range = a.fold_div.div(u);
+    fold_parts()[(u - range * a.fold_per) * a.fold_ranges + range] = chunk_fma(w, e8, 0.0f);
+  }
+  // The first warp past its last slot: lane k adds range k's parts in chunk order from 0, then
+  // every range's sum is added in range order from 0 (chunked_fused_kernel's order) and lane 0
+  // stores the row. Done between the prologue and the slots, by a warp whose slot buffers are
+  // live, it made ptxas spill 16 bytes; here it hides behind the teams still working.
+  __device__ void fold_sum() const {
+    int r;
+    const int m = fold_matrix(r);
+    if (m < 0) return;
+    const int order = __shfl_sync(kFullMask, lane == 0 ? atomicAdd(fold_done(), 1) : 0, 0);
+    if (order != 0) return;
+    float acc = 0.0f;
+    if (lane < a.fold_ranges) {
+      const int c0 = min(a.fold_chunks, lane * a.fold_per);
+      const int c1 = min(a.fold_chunks, c0 + a.fold_per);
+      for (int c = c0; c < c1; ++c)
+        acc = add_chunk(acc, 1.0f, fold_parts()[(c - c0) * a.fold_ranges + lane]);
+    }
+    float sum = 0.0f;
+    for (int k = 0; k < a.fold_ranges; ++k) sum += __shfl_sync(kFullMask, acc, k);
+    if (lane == 0) a.fold_y[m][r] = sum;
   }
 
   // Blocks [blocks_in, n_blocks) of p(x) quantised into act / meta, on one of two paths:
@@ -838,6 +916,7 @@ struct GemvCta {
             constexpr Prologue kRms = Prologue::RmsNorm;
 #pragma unroll
             for (int e = 0; e < 8; ++e) e8[e] = prologue_value<kRms>(x[e], 0.0f, w[e], scale);
+            if constexpr (kFold) fold_part(e8);
           } else {
             load_staged_eighth(stage, u, e8);
           }
@@ -949,11 +1028,11 @@ struct GemvCta {
 // then pdl_wait(), the prologue, and the product: `teams` teams of `slices` warps,
 // each team striding over slots (a row tile of one matrix; for SiluMulPair a row tile of both,
 // gate then up), the next step's loads issued before the current one is processed.
-template <int kQ, bool kTraced>
+template <int kQ, bool kTraced, bool kFold = false>
 __global__ void __launch_bounds__(32 * gemv_max_warps(kQ))
     q1_gemv_kernel(const __grid_constant__ Q1GemvArgs a) {
   extern __shared__ float4 smem4[];
-  GemvCta<kQ, kTraced> c(a, reinterpret_cast<unsigned char*>(smem4));
+  GemvCta<kQ, kTraced, kFold> c(a, reinterpret_cast<unsigned char*>(smem4));
   // The first quad of this warp's chunk of a step, in quads from its matrix's base.
   const auto quad_of = [&](const GemvStep& st) {
     return int64_t(st.tile) * a.n_quads + c.chunk_quad(st);
@@ -967,6 +1046,7 @@ __global__ void __launch_bounds__(32 * gemv_max_warps(kQ))
   ChunkLoads<kQ> buf0, buf1;
   GemvStep st = c.first_step();
   load(st, buf0);
+  if constexpr (kFold) c.stage_fold_chunk();
   c.prefetch_all();
   prologue_prefetch_constants(a.pro);
   c.stamp(kTraceEntry);
@@ -992,6 +1072,7 @@ __global__ void __launch_bounds__(32 * gemv_max_warps(kQ))
     buf0 = buf1;
     st = s1;
   }
+  if constexpr (kFold) c.fold_sum();
   c.stamp(kGemvTraceEvents - 1);
 }
 
@@ -1219,6 +1300,12 @@ size_t gemv_layout(Q1GemvArgs& a) {
   a.off_taps = static_cast<int>(off);
   if (a.epi.kind == Epilogue::ConvSilu)
     off += sizeof(float) * size_t(a.teams) * kTileRows * kConvTapFloats;
+  if (a.fold_chunks > 0) {  // the chunks, their parts, the count of warps done
+    off = (off + 15) / 16 * 16;
+    a.off_fold = static_cast<int>(off);
+    off += sizeof(uint4) * size_t(a.fold_chunks) +
+           sizeof(float) * (size_t(a.fold_per * a.fold_ranges) + 1);
+  }
   return off;
 }
 
@@ -1264,16 +1351,63 @@ int own_blocks(const Q1GemvArgs& a, unsigned grid) {
   return own;
 }
 
-template <int kQ, bool kTraced = false>
+// The folded rows' arguments (FusedGemv::fold_*; none without them).
+void fold_args(const FusedGemv& f, Q1GemvArgs& a) {
+  if (f.fold_n == 0) return;
+  a.fold_chunks = static_cast<int>(f.fold_w[0]->n_col_tiles);
+  const ChunkRanges r = chunk_ranges(a.fold_chunks);
+  a.fold_ranges = r.n;
+  a.fold_per = r.per;
+  a.fold_div = FastDiv(static_cast<uint32_t>(r.per));
+  int rows = 0;
+  for (int i = 0; i < 2; ++i) {
+    if (i < f.fold_n) {
+      a.fold_codes[i] = f.fold_w[i]->codes.as<const uint4>();
+      a.fold_y[i] = f.fold_y[i];
+      rows += static_cast<int>(f.fold_w[i]->n_out);
+    }
+    a.fold_rows[i] = rows;
+  }
+}
+
+// Why the launch g of f cannot compute the folded rows of f.fold_* (empty: it can). Its
+// prologue must quantise x straight from memory, one eighth a thread (quantise_x's direct
+// path, which holds each eighth's p(x) in registers), and every row needs a CTA.
+std::string fold_refusal(const FusedGemv& f, const GemvShape& g) {
+  if (f.fold_n < 1 || f.fold_n > 2) return fmt::format("{} matrices (1 or 2 fold)", f.fold_n);
+  for (int i = 0; i < f.fold_n; ++i) {
+    const GpuMatrix* w = f.fold_w[i];
+    if (!w || !f.fold_y[i]) return fmt::format("matrix {} or its output missing", i);
+    if (w->type != quant::Type::BF16 || w->n_in != f.w[0]->n_in) {
+      return fmt::format("'{}' is {} with n_in {} (BF16 of n_in {} fold)", w->name,
+                         quant::type_info(w->type).name, w->n_in, f.w[0]->n_in);
+    }
+  }
+  const Q1GemvArgs& a = g.a;
+  const bool direct = a.pro.vec && a.blocks_in == 0 &&
+                      (a.pro.kind == Prologue::None || a.pro.kind == Prologue::RmsNorm) &&
+                      a.n_blocks * 16 <= g.threads;
+  if (!direct || a.fold_chunks > g.threads) {
+    return fmt::format("the prologue ({}) does not quantise x an eighth a thread",
+                       model::prologue_name(f.prologue));
+  }
+  if (a.fold_rows[1] > static_cast<int>(g.grid)) {
+    return fmt::format("{} rows for {} CTAs", a.fold_rows[1], g.grid);
+  }
+  return "";
+}
+
+template <int kQ, bool kTraced = false, bool kFold = false>
 GemvShape teams_shape(const FusedGemv& f) {
   GemvShape g;
   g.a = gemv_args<kQ>(f);
   Q1GemvArgs& a = g.a;
+  if constexpr (kFold) fold_args(f, a);
   const int n_sm = usable_sms(f);
   a.teams = gemv_teams(kQ, a.slices, a.n_slots, n_sm);
   g.threads = 32 * a.slices * a.teams;
   g.smem = gemv_layout(a);
-  const void* kernel = reinterpret_cast<const void*>(&q1_gemv_kernel<kQ, kTraced>);
+  const void* kernel = reinterpret_cast<const void*>(&q1_gemv_kernel<kQ, kTraced, kFold>);
   if (g.smem > allow_max_smem(kernel)) fail_shape(f, "does not fit", g.smem);
   const int per_sm = occupancy(kernel, g.threads, g.smem);
   if (per_sm < 1) fail_shape(f, "has no CTA that fits", g.smem);
@@ -1290,15 +1424,24 @@ GemvShape teams_shape(const FusedGemv& f) {
   return g;
 }
 
-template <int kQ, bool kTraced>
+template <int kQ, bool kTraced, bool kFold = false>
 unsigned launch_gemv(const FusedGemv& f, const Q1Options& o, uint64_t* trace, cudaStream_t s) {
-  GemvShape g = teams_shape<kQ, kTraced>(f);
+  GemvShape g = teams_shape<kQ, kTraced, kFold>(f);
+  if constexpr (kFold) {
+    const std::string why = fold_refusal(f, g);
+    if (!why.empty()) fail_shape(f, fmt::format("cannot fold rows in: {}", why).c_str(), g.smem);
+  }
   g.a.trace = trace;
-  launch(&q1_gemv_kernel<kQ, kTraced>, dim3(g.grid), dim3(g.threads), g.smem, o.pdl, s, g.a);
+  launch(&q1_gemv_kernel<kQ, kTraced, kFold>, dim3(g.grid), dim3(g.threads), g.smem, o.pdl, s, g.a);
   return g.grid;
 }
+// Folded rows only in the decode's kernel (two quads a chunk, untraced): one more instantiation.
 template <int kQ>
 unsigned launch_gemv(const FusedGemv& f, const Q1Options& o, uint64_t* trace, cudaStream_t s) {
+  if (f.fold_n > 0) {
+    if (kQ != 2 || trace) fail_shape(f, "folds rows in only untraced with two quads a chunk", 0);
+    return launch_gemv<2, false, true>(f, o, nullptr, s);
+  }
   return trace ? launch_gemv<kQ, true>(f, o, trace, s) : launch_gemv<kQ, false>(f, o, trace, s);
 }
 
@@ -1523,6 +1666,14 @@ std::string q1_0_trace_event(int e) {
 
 unsigned matmul_fused_q1_0(const FusedGemv& f, const Q1Options& o, cudaStream_t s) {
   return run_gemv(f, o, s);
+}
+
+std::string fold_refusal_q1_0(const FusedGemv& f, const Q1Options& o) {
+  if (o.variant != Q1Variant::kBmma2) {
+    return fmt::format("the one-launch GEMV folds rows in with bmma-q2 only, not {}",
+                       q1_variant_name(o.variant));
+  }
+  return fold_refusal(f, teams_shape<2, false, true>(f));
 }
 
 int codes_out_blocks_q1_0(const FusedGemv& f, const Q1Options& o) {

@@ -127,6 +127,16 @@ struct FusedGemv {
   void* codes_meta = nullptr;
   bool codes_out = false;
   int codes_in_blocks = 0;
+  // Rows folded in (CudaExecutor::fused_matmul: the GDN qkv step's BF16 beta and alpha, which
+  // otherwise run as a second family on the side stream): a one-launch Q1_0 GEMV whose prologue
+  // quantises x straight from memory (q1_fold_refusal says when) also computes every row of
+  // fold_n BF16 matrices of the same p(x), CTA r row r of their concatenation, and stores them
+  // (Store) into fold_y. Each row is the chunked fused GEMV's arithmetic (its chunk parts,
+  // ranges and range order on the same p(x)): bit-identical to launching those matrices as
+  // their own family.
+  int fold_n = 0;
+  const GpuMatrix* fold_w[2] = {};
+  float* fold_y[2] = {};
 };
 
 // One matrix, no prologue, Store: matmul()'s one-token product as a FusedGemv.
@@ -146,6 +156,12 @@ int fused_family(quant::Type t);
 // One launch; returns its CTAs. Throws gdn::Error (naming the matrices, types and shapes) for
 // mixed families or n_in, a matrix count the epilogue does not take, or missing operands.
 unsigned matmul_fused(const FusedGemv& f, cudaStream_t s);
+// Why f cannot take family `side`'s matrices as folded rows (FusedGemv::fold_*): empty when it
+// can (side: BF16, Store, f's input and prologue, at most 2 matrices and one row per CTA of f's
+// launch; f: a one-launch Q1_0 GEMV quantising x in its direct prologue).
+std::string q1_fold_refusal(const FusedGemv& f, const FusedGemv& side);
+// f with side's matrices as its folded rows.
+FusedGemv with_fold(FusedGemv f, const FusedGemv& side);
 // How many leading 128-row blocks of f's output a launch of f with codes_out
 // writes the codes of (0: f cannot: not a one-launch Q1_0 SiluMulPair GEMV, or too few rows).
 int q1_codes_out_blocks(const FusedGemv& f);

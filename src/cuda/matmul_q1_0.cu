@@ -617,7 +617,7 @@ struct Q1GemvArgs {
   int fold_rows[2];
   int fold_chunks, fold_ranges, fold_per;
   FastDiv fold_div;  // by fold_per
-  int off_fold;  // bytes into the dynamic shared memory: the chunks, then their parts
+  int off_fold;      // bytes into the dynamic shared memory: the chunks, then their parts
 };
 
 // The lab's timeline events (thread 0, so team 0): entry, pdl_wait returned, its warp's norm

@@ -14,6 +14,7 @@
 //                    clock64 at each phase (q1_0_gemv_traced): where a launch's time goes;
 //                    then the decode step's fused GEMVs (ssm_out, qkv+z, gate+up handing
 //                    codes to ffn_down) with their prologues and epilogues
+//   qkv step        qkv+z with beta+alpha on a side stream against folded into its launch
 //   hot in L2       matmul_fused's GEMV, and each fused decode GEMV, on rotated copies and on
 //                    one copy (weights in L2): how much of its time waits for DRAM
 //
@@ -435,6 +436,140 @@ void print_fused_timelines(Timer& timer) {
   }
 }
 
+// The decode's qkv step as the executor runs it, rotated beyond L2: the Q1_0 qkv+z GEMV (conv
+// epilogue, z through SiLU) with the BF16 beta and alpha rows either as a second launch on a
+// side stream (forked and joined inside the graph, its SMs left spare by the main launch) or
+// folded into the Q1_0 launch (FusedGemv::fold_*). The outputs must be the same bits: returns
+// 1 (a failed check) where they are not or the fold is refused.
+int print_fold(Timer& timer) {
+  const cudaStream_t s = timer.s;
+  fmt::print("\nqkv step: beta+alpha beside (side stream) or folded into the Q1_0 launch\n");
+  const auto q1 = [&](int64_t n_out) {
+    const double bytes = double(quant::row_bytes(quant::Type::Q1_0, 5120)) * double(n_out);
+    const int n_copies = std::max(3, static_cast<int>(std::ceil(kRotateBytes / bytes)) + 1);
+    return upload_copies(random_q1_0(5120, n_out, 5 + n_out), 5120, n_out, n_copies, s);
+  };
+  const std::vector<GpuMatrix> qkv = q1(10240), z = q1(6144);
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  const auto bf16 = [&](int64_t n_out) {  // random BF16 rows, two copies (1 MB together)
+    std::vector<uint16_t> host(static_cast<size_t>(5120 * n_out));
+    for (uint16_t& v : host) {
+      const float f = dist(rng);
+      uint32_t u;
+      std::memcpy(&u, &f, sizeof u);
+      v = static_cast<uint16_t>(u >> 16);
+    }
+    model::Matrix view;
+    view.name = fmt::format("bf16 5120->{}", n_out);
+    view.type = quant::Type::BF16;
+    view.n_in = 5120;
+    view.n_out = n_out;
+    view.row_bytes = 5120 * 2;
+    view.data = reinterpret_cast<const uint8_t*>(host.data());
+    std::vector<GpuMatrix> c;
+    for (int k = 0; k < 2; ++k) c.push_back(upload_matrix(view, s));
+    return c;
+  };
+  const std::vector<GpuMatrix> beta = bf16(48), alpha = bf16(48);
+  std::vector<DeviceBuffer> held;
+  const auto buffer = [&](int64_t n, float lo, float hi) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& e : v) e = lo + (hi - lo) * (dist(rng) + 1.0f) / 2.0f;
+    held.emplace_back(v.size() * sizeof(float));
+    CUDA_CHECK(cudaMemcpyAsync(held.back().get(), v.data(), held.back().bytes(),
+                               cudaMemcpyHostToDevice, s));
+    return held.back().as<float>();
+  };
+  const float *x = buffer(5120, -1, 1), *norm = buffer(5120, 0.5f, 1.5f),
+              *conv_w = buffer(4 * 10240, -1, 1), *state0 = buffer(3 * 10240, -1, 1);
+  float* state = buffer(3 * 10240, -1, 1);
+  // Outputs [2 ways][qkv, z, beta, alpha].
+  std::vector<std::vector<float*>> y(2);
+  for (auto& w : y) {
+    for (int64_t n : {10240, 6144, 48, 48}) w.push_back(buffer(n, 0, 0));
+  }
+  cudaStream_t side;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+  cudaEvent_t fork, join;
+  CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+  const auto family = [&](const std::vector<GpuMatrix>& a, const std::vector<GpuMatrix>& b,
+                          float* ya, float* yb, int i) {
+    FusedGemv f;
+    f.prologue = Prologue::RmsNorm;
+    f.x = x;
+    f.norm = norm;
+    f.eps = 1e-6f;
+    f.n = 2;
+    f.w[0] = &a[size_t(i) % a.size()];
+    f.w[1] = &b[size_t(i) % b.size()];
+    f.y[0] = ya;
+    f.y[1] = yb;
+    return f;
+  };
+  const auto main_family = [&](int way, int i) {
+    FusedGemv f = family(qkv, z, y[way][0], y[way][1], i);
+    f.epilogue = Epilogue::ConvSilu;
+    f.conv_w = conv_w;
+    f.conv_state = state;
+    f.conv_kernel = 4;
+    f.silu_mat = 1;
+    return f;
+  };
+  const auto launch = [&](int way, int i) {
+    const FusedGemv side_f = family(beta, alpha, y[way][2], y[way][3], i);
+    FusedGemv main_f = main_family(way, i);
+    if (way == 1) {
+      main_f.spare_sms = static_cast<int>(beta[0].n_row_tiles + alpha[0].n_row_tiles);
+      matmul_fused(with_fold(main_f, side_f), s);
+      return;
+    }
+    CUDA_CHECK(cudaEventRecord(fork, s));
+    CUDA_CHECK(cudaStreamWaitEvent(side, fork, 0));
+    main_f.spare_sms = static_cast<int>(matmul_fused(side_f, side));
+    CUDA_CHECK(cudaEventRecord(join, side));
+    matmul_fused(main_f, s);
+    CUDA_CHECK(cudaStreamWaitEvent(s, join, 0));
+  };
+  const std::string why =
+      q1_fold_refusal(main_family(1, 0), family(beta, alpha, y[1][2], y[1][3], 0));
+  bool ok = why.empty();
+  if (!ok) {
+    fmt::print("  fold refused: {}\n", why);
+  } else {
+    // Bits first (the conv state starts equal for both ways), then time in rotated order.
+    std::vector<std::vector<float>> out(2);
+    for (int way = 0; way < 2; ++way) {
+      CUDA_CHECK(
+          cudaMemcpyAsync(state, state0, 3 * 10240 * sizeof(float), cudaMemcpyDeviceToDevice, s));
+      launch(way, 0);
+      for (int k = 0; k < 4; ++k) {
+        const size_t n = k == 0 ? 10240 : k == 1 ? 6144 : 48;
+        std::vector<float> v(n);
+        CUDA_CHECK(cudaMemcpyAsync(v.data(), y[way][size_t(k)], n * sizeof(float),
+                                   cudaMemcpyDeviceToHost, s));
+        CUDA_CHECK(cudaStreamSynchronize(s));
+        out[way].insert(out[way].end(), v.begin(), v.end());
+      }
+    }
+    ok = std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)) == 0;
+    std::vector<double> us[2];
+    for (int round = 0; round < 4; ++round) {
+      for (int k = 0; k < 2; ++k) {
+        const int way = (k + round) % 2;
+        us[way].push_back(timer.graph_us([&](int i) { launch(way, i); }));
+      }
+    }
+    fmt::print("  qkv step  side launch {:8.2f} us  folded {:8.2f} us  outputs {}\n", median(us[0]),
+               median(us[1]), ok ? "bit-identical" : "DIFFER");
+  }
+  CUDA_CHECK(cudaEventDestroy(fork));
+  CUDA_CHECK(cudaEventDestroy(join));
+  CUDA_CHECK(cudaStreamDestroy(side));
+  return ok ? 0 : 1;
+}
+
 // Batched products (prefill): the b1 product matmul() ran before the int8 one (q1_default_options
 // for one token, two launches) against kImma, product kernel alone after its quantise kernel,
 // weights rotated beyond L2, and how far apart their outputs are (both sum exact block integers
@@ -625,6 +760,7 @@ int run() {
   }
 
   print_fused_timelines(timer);
+  failures += print_fold(timer);
 
   fmt::print(
       "\n== summary (copy {:.0f} GB/s; us per matmul inside a graph of {}; targets: head "

@@ -83,12 +83,14 @@ for s in "${steps[@]}"; do
       --metrics gpu__time_duration.sum --csv --print-units base --kernel-name-base demangled \
       --launch-skip "${PROFILE_SKIP:-2000}" --launch-count "${PROFILE_COUNT:-1100}" \
       "$bin/src/app/gdn" bench -p 0 -n 16 -r 1 --rounds 1 --rungs all,-graphs
-    python3 scripts/profile_table.py "$out/profile.log" >"$out/profile_table.log" 2>&1 ;;
-    # The same for one pp512 prefill (the synthetic model's set-up kernels come first: skip
-    # them with PROFILE_SKIP; the table groups launches by kernel, so they show as their own rows).
+    # PROFILE_DISPATCHES: the decode's dispatches per token, as gdn bench prints them.
+    python3 scripts/profile_table.py "$out/profile.log" --dispatches "${PROFILE_DISPATCHES:-340}" \
+      >"$out/profile_table.log" 2>&1 ;;
+    # The same for pp512: every launch of the bench's two prefills (warm-up and timed; the
+    # synthetic model is built on the host), so the table's totals are two prefills' worth.
     prefillprofile) run_step prefillprofile ncu --clock-control none --cache-control none \
       --metrics gpu__time_duration.sum --csv --print-units base --kernel-name-base demangled \
-      --launch-skip "${PROFILE_SKIP:-0}" --launch-count "${PROFILE_COUNT:-1500}" \
+      --launch-skip "${PROFILE_SKIP:-0}" --launch-count "${PROFILE_COUNT:-5000}" \
       "$bin/src/app/gdn" bench -p 512 -n 0 -r 1 --rounds 1
     python3 scripts/profile_table.py "$out/prefillprofile.log" --dispatches 0 \
       >"$out/prefillprofile_table.log" 2>&1 ;;

@@ -4,9 +4,9 @@ gpu__time_duration.sum, one row per kernel launch, kernels run one at a time).
 
   scripts/profile_table.py PROFILE.log [--dispatches N]
 
-N is the decode step's dispatches per token (`gdn bench` prints it; 516 for Bonsai-27B with
-every exact rung): the launches in the log are divided by it to give launches and time per
-token. N = 0: totals over the whole log (a prefill profile: one row of launches is not a token). Kernels are grouped by name (template arguments kept, parameters dropped) and launch
+N is the decode step's dispatches per token (`gdn bench` prints it: for Bonsai-27B with every
+exact rung 388, and 340 once the qkv steps fold beta and alpha in): the launches in the log are
+divided by it to give launches and time per token. N = 0: totals over the whole log (a prefill profile: one row of launches is not a token). Kernels are grouped by name (template arguments kept, parameters dropped) and launch
 shape, largest total first.
 """
 import argparse
@@ -30,7 +30,7 @@ def launches(path):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("log")
-    p.add_argument("--dispatches", type=int, default=516,
+    p.add_argument("--dispatches", type=int, required=True,
                    help="dispatches per token (0: totals over the log)")
     args = p.parse_args()
     total = collections.defaultdict(float)

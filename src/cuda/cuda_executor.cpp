@@ -592,14 +592,20 @@ int CudaExecutor::fused_matmul(const model::Step& s, ProgramMem& pm, Slot& slot)
   codes_next_ = nullptr;  // codes reach only the step right after their producer
   if (families.size() == 1) link_codes(s, pm, families[main]);
   int launches = 1;
-  for (size_t i = 0; i < families.size(); ++i) {
-    if (i == main || fold(families[main], families[i])) continue;
+  const auto beside = [&](size_t i) {
     if (launches++ == 1) fork_side();
     families[main].spare_sms += static_cast<int>(matmul_fused(families[i], side_));
     std::vector<model::View> ranges(s.in.begin(), s.in.end());
     for (size_t k : members[i]) ranges.push_back(s.mouts[k]);
     side_done(ranges);
+  };
+  // One family may fold into the main launch: the first, decided once every other side launch
+  // has set how many SMs the main launch leaves them.
+  const size_t folding = main == 0 ? 1 : 0;
+  for (size_t i = 0; i < families.size(); ++i) {
+    if (i != main && i != folding) beside(i);
   }
+  if (folding < families.size() && !fold(families[main], families[folding])) beside(folding);
   matmul_fused(families[main], stream_);
   return launches;
 }

@@ -1370,19 +1370,25 @@ void fold_args(const FusedGemv& f, Q1GemvArgs& a) {
   }
 }
 
-// Why the launch g of f cannot compute the folded rows of f.fold_* (empty: it can). Its
-// prologue must quantise x straight from memory, one eighth a thread (quantise_x's direct
-// path, which holds each eighth's p(x) in registers), and every row needs a CTA.
-std::string fold_refusal(const FusedGemv& f, const GemvShape& g) {
+// Why f's folded rows (f.fold_*) cannot be computed (empty: they can): first their operands
+// (checked before the launch shape is built from them), then the launch g: its prologue must
+// quantise x straight from memory, one eighth a thread (quantise_x's direct path, which holds
+// each eighth's p(x) in registers), and every row needs a CTA.
+std::string fold_operands_refusal(const FusedGemv& f) {
   if (f.fold_n < 1 || f.fold_n > 2) return fmt::format("{} matrices (1 or 2 fold)", f.fold_n);
   for (int i = 0; i < f.fold_n; ++i) {
     const GpuMatrix* w = f.fold_w[i];
-    if (!w || !f.fold_y[i]) return fmt::format("matrix {} or its output missing", i);
+    if (!w || !w->codes.get() || !f.fold_y[i]) {
+      return fmt::format("matrix {} or its output missing", i);
+    }
     if (w->type != quant::Type::BF16 || w->n_in != f.w[0]->n_in) {
       return fmt::format("'{}' is {} with n_in {} (BF16 of n_in {} fold)", w->name,
                          quant::type_info(w->type).name, w->n_in, f.w[0]->n_in);
     }
   }
+  return "";
+}
+std::string fold_refusal(const FusedGemv& f, const GemvShape& g) {
   const Q1GemvArgs& a = g.a;
   const bool direct = a.pro.vec && a.blocks_in == 0 &&
                       (a.pro.kind == Prologue::None || a.pro.kind == Prologue::RmsNorm) &&
@@ -1426,11 +1432,12 @@ GemvShape teams_shape(const FusedGemv& f) {
 
 template <int kQ, bool kTraced, bool kFold = false>
 unsigned launch_gemv(const FusedGemv& f, const Q1Options& o, uint64_t* trace, cudaStream_t s) {
+  const auto refuse = [&](const std::string& why, size_t smem) {
+    if (!why.empty()) fail_shape(f, fmt::format("cannot fold rows in: {}", why).c_str(), smem);
+  };
+  if constexpr (kFold) refuse(fold_operands_refusal(f), 0);
   GemvShape g = teams_shape<kQ, kTraced, kFold>(f);
-  if constexpr (kFold) {
-    const std::string why = fold_refusal(f, g);
-    if (!why.empty()) fail_shape(f, fmt::format("cannot fold rows in: {}", why).c_str(), g.smem);
-  }
+  if constexpr (kFold) refuse(fold_refusal(f, g), g.smem);
   g.a.trace = trace;
   launch(&q1_gemv_kernel<kQ, kTraced, kFold>, dim3(g.grid), dim3(g.threads), g.smem, o.pdl, s, g.a);
   return g.grid;
@@ -1673,7 +1680,8 @@ std::string fold_refusal_q1_0(const FusedGemv& f, const Q1Options& o) {
     return fmt::format("the one-launch GEMV folds rows in with bmma-q2 only, not {}",
                        q1_variant_name(o.variant));
   }
-  return fold_refusal(f, teams_shape<2, false, true>(f));
+  const std::string why = fold_operands_refusal(f);
+  return why.empty() ? fold_refusal(f, teams_shape<2, false, true>(f)) : why;
 }
 
 int codes_out_blocks_q1_0(const FusedGemv& f, const Q1Options& o) {

@@ -8,6 +8,8 @@
 //   variants         Q1Variant x PDL on/off; each: product after the quantise kernel (2
 //                    launches) and the product kernel alone; bmma-q2/q4 also as the one-launch
 //                    GEMV that quantises in shared memory (what matmul() runs for one token)
+//   batched         the prefill product: b1 against int8 (kImma) and its group-pair form
+//                    (kImmaPairs, checked bit for bit against kImma) at 8-512 tokens
 //   mma rates       b1 m16n8k128 and s8 m16n8k32 throughput (every SM full) and, for one warp
 //                    alone, the latency of a dependent mma and its issue interval, in clocks
 //   timeline        per one-launch variant, thread 0 of every CTA stamps globaltimer and
@@ -573,12 +575,15 @@ int print_fold(Timer& timer) {
 // Batched products (prefill): the b1 product matmul() ran before the int8 one (q1_default_options
 // for one token, two launches) against kImma, product kernel alone after its quantise kernel,
 // weights rotated beyond L2, and how far apart their outputs are (both sum exact block integers
-// in block order; only the b1 kernel's lane and slice sums differ). Sets imma_wins.
-void print_batched(Timer& timer) {
+// in block order; only the b1 kernel's lane and slice sums differ). Sets imma_wins. Then kImmaPairs
+// (two token groups' mma chains at once), which must give kImma's bits. Returns the failed checks
+// (pairs that differ).
+int print_batched(Timer& timer) {
   const cudaStream_t s = timer.s;
+  int failures = 0;
   fmt::print("\nbatched product alone (us; b1 = matmul()'s product before kImma):\n");
-  fmt::print("{:<14} {:>6} {:>10} {:>10} {:>7} {:>10} {:>9}\n", "shape", "tokens", "b1", "imma",
-             "b1/imma", "imma TMAC/s", "max|diff|");
+  fmt::print("{:<14} {:>6} {:>10} {:>10} {:>7} {:>10} {:>9} {:>10} {}\n", "shape", "tokens", "b1",
+             "imma", "b1/imma", "imma TMAC/s", "max|diff|", "pairs", "pairs bits");
   const std::pair<int64_t, int64_t> shapes[] = {
       {5120, 17408}, {17408, 5120}, {5120, 10240}, {6144, 5120}};
   for (const auto& nm : shapes) {
@@ -596,12 +601,13 @@ void print_batched(Timer& timer) {
       CUDA_CHECK(cudaMemcpyAsync(dx.get(), x.data(), dx.bytes(), cudaMemcpyHostToDevice, s));
       mm::Q1Options b1 = mm::q1_default_options(n_in, n_out);
       b1.one_launch = false;
-      mm::Q1Options imma;
+      mm::Q1Options imma, pairs;
       imma.variant = mm::Q1Variant::kImma;
-      double us[2];
-      std::vector<float> y[2];
-      for (int v = 0; v < 2; ++v) {
-        const mm::Q1Options& o = v == 0 ? b1 : imma;
+      pairs.variant = mm::Q1Variant::kImmaPairs;
+      double us[3];
+      std::vector<float> y[3];
+      for (int v = 0; v < 3; ++v) {
+        const mm::Q1Options& o = v == 0 ? b1 : v == 1 ? imma : pairs;
         DeviceBuffer act(mm::q1_0_workspace_bytes(n_in, T));
         mm::q1_0_quantize(copies[0], dx.as<float>(), n_in, T, act.get(), o.variant, s);
         us[v] = timer.graph_us([&](int i) {
@@ -617,11 +623,15 @@ void print_batched(Timer& timer) {
         diff = std::max(diff, double(std::fabs(y[0][i] - y[1][i])));
         max_ref = std::max(max_ref, double(std::fabs(y[0][i])));
       }
-      fmt::print("{:<14} {:>6} {:>10.2f} {:>10.2f} {:>7.2f} {:>10.1f} {:>9.1e}\n",
+      const bool same = std::memcmp(y[1].data(), y[2].data(), y[1].size() * sizeof(float)) == 0;
+      failures += !same;
+      fmt::print("{:<14} {:>6} {:>10.2f} {:>10.2f} {:>7.2f} {:>10.1f} {:>9.1e} {:>10.2f} {}\n",
                  fmt::format("{}->{}", n_in, n_out), T, us[0], us[1], us[0] / us[1],
-                 double(n_in) * double(n_out) * double(T) / us[1] / 1e6, diff / max_ref);
+                 double(n_in) * double(n_out) * double(T) / us[1] / 1e6, diff / max_ref, us[2],
+                 same ? "same" : "DIFFER");
     }
   }
+  return failures;
 }
 
 int run() {
@@ -633,7 +643,7 @@ int run() {
   fmt::print("copy bandwidth: {:.0f} GB/s (read + write)\n", copy_bw / 1e9);
   Timer timer(s);
   print_mma_rates(timer);
-  print_batched(timer);
+  int failures = print_batched(timer);
 
   std::vector<Variant> variants;
   for (auto v : {mm::Q1Variant::kBmma2, mm::Q1Variant::kBmma2Flat, mm::Q1Variant::kBmma4,
@@ -656,7 +666,6 @@ int run() {
   const std::pair<int64_t, int64_t> shapes[] = {{5120, 10240}, {5120, 6144},  {5120, 17408},
                                                 {6144, 5120},  {17408, 5120}, {5120, 248320}};
   std::vector<Row> rows;
-  int failures = 0;
   for (const auto& nm : shapes) {
     const int64_t n_in = nm.first, n_out = nm.second;
     const std::string shape = fmt::format("{}->{}", n_in, n_out);

@@ -31,7 +31,9 @@
 // block per row any code that differs from the CPU quantiser's roundf moves the result by
 // ~1e-3 of max|ref|, far above the tolerance. And matmul_q1_0_1launch_bits: every one-token
 // Q1_0 case also runs the one-launch GEMV (matmul_fused of the plain product) and the two-launch
-// path (quantise kernel + product kernel), which must match bit for bit.
+// path (quantise kernel + product kernel), which must match bit for bit;
+// matmul_q1_0_imma_pairs_bits: every batched Q1_0 case also runs the int8 product as kImma and as
+// kImmaPairs (two token groups' mma chains at once), which must match bit for bit.
 //
 // Fused decode GEMV (matmul_fused, rung norm-gemv-fused): every prologue x epilogue x 1-4
 // matrices for Q1_0, F32, BF16 and Q8_0 on small odd shapes (Q1_0 n_in 640 = 5 blocks, a
@@ -83,6 +85,8 @@ namespace gdn::cuda::mm {
 // matmul_q1_0.cu (declared in matmul.cuh, which a C++20 file cannot include).
 void q1_0_two_launch_gemv(const GpuMatrix& w, const float* x, float* y, MatmulWorkspace& ws,
                           cudaStream_t s);
+int64_t q1_0_imma_pairs_diff(const GpuMatrix& w, const float* x, int64_t ldx, int64_t n_tokens,
+                             MatmulWorkspace& ws, cudaStream_t s);
 }  // namespace gdn::cuda::mm
 
 namespace gdn::cuda::opcheck {
@@ -283,6 +287,16 @@ void run_case(Context& ctx, std::vector<Result>& out, const Case& c) {
       std::copy_n(yf.begin() + t * ldy, c.n_out, gf.begin() + t * c.n_out);
     }
     out.push_back(compare(op + "_f32act", shape, gf, ref_f32, 1e-4));
+  }
+  if (c.type == Type::Q1_0 && T > 1) {  // the int8 product's two forms, bit for bit
+    Result b;
+    b.op = op + "_imma_pairs_bits";
+    b.shape = shape;
+    const int64_t diff = mm::q1_0_imma_pairs_diff(copies[0], dx.as<float>(), ldx, T, ws, s);
+    b.error = double(diff);
+    b.passed = diff == 0;
+    if (!b.passed) b.detail = fmt::format("{} floats of imma-pairs differ from imma", diff);
+    out.push_back(b);
   }
   if (c.type == Type::Q1_0 && T == 1) {  // the one-launch GEMV against the two-launch path
     DeviceBuffer dy1(static_cast<size_t>(c.n_out) * sizeof(float)),

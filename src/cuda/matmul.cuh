@@ -933,10 +933,11 @@ unsigned matmul_fused_2bit(const FusedGemv& f, cudaStream_t s);
 // kBmma<Q>: b1 mma, Q quads (Q * 512 weights of each of 16 rows) per warp, the next row tile's
 // loads issued before the current one is computed; *Flat: without that prefetch (fewer
 // registers, more warps); kDp4a2: dp4a arithmetic, 2 quads, prefetch; kImma: int8 tensor
-// cores on the dp4a codes, 8 row tiles x 32 tokens a CTA (the prefill product). Flat and
+// cores on the dp4a codes, 8 row tiles x 32 tokens a CTA (the prefill product); kImmaPairs:
+// the same with two token groups' mma chains at once (the lab's candidate; the same bits). Flat and
 // prefetch variants of one Q add in the same order (bit-identical); the one-launch kernel
 // exists for kBmma2 and kBmma4 and is bit-identical to their two-launch path.
-enum class Q1Variant { kBmma2, kBmma2Flat, kBmma4, kBmma4Flat, kDp4a2, kImma };
+enum class Q1Variant { kBmma2, kBmma2Flat, kBmma4, kBmma4Flat, kDp4a2, kImma, kImmaPairs };
 struct Q1Options {
   Q1Variant variant = Q1Variant::kBmma2;
   bool pdl = true;  // the GEMV starts its weight loads while the previous kernel runs
@@ -966,6 +967,10 @@ void matmul_q1_0(const GpuMatrix& w, const float* x, int64_t ldx, float* y, int6
 // (checks_matmul.cpp declares it again; it is C++-clean).
 void q1_0_two_launch_gemv(const GpuMatrix& w, const float* x, float* y, MatmulWorkspace& ws,
                           cudaStream_t s);
+// How many of the n_tokens x n_out floats Q1Variant::kImmaPairs's product gives other than
+// kImma's (the op checks require none; declared again there, as above).
+int64_t q1_0_imma_pairs_diff(const GpuMatrix& w, const float* x, int64_t ldx, int64_t n_tokens,
+                             MatmulWorkspace& ws, cudaStream_t s);
 // The lab's timeline of one one-launch GEMV (plain_gemv, or a fused one with its prologue and
 // epilogue; o: a one-launch variant): launches it (as matmul_fused_q1_0) with thread 0 of
 // every CTA writing globaltimer stamps (ns) to trace[cta * kGemvTraceEvents + e] and its SM's

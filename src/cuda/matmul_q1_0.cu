@@ -365,12 +365,51 @@ struct ImmaWeights {
   uint4 scales;
 };
 
+// Lane (g, t)'s eight code words of block b for token group grp (token grp * 8 + g): what it
+// passes as B, word imma_b_word(t, j, r) - t * 8 of mma j.
+__device__ __forceinline__ void imma_codes(const ImmaStage& st, int grp, int b, int lane,
+                                           uint32_t (&words)[8]) {
+  const int n = grp * 8 + (lane >> 2), t = lane & 3;
+  const uint4 c0 = st.codes[imma_chunk_pos(n, b * 8 + 2 * t)];
+  const uint4 c1 = st.codes[imma_chunk_pos(n, b * 8 + 2 * t + 1)];
+  const uint32_t w[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+#pragma unroll
+  for (int k = 0; k < 8; ++k) words[k] = w[k];
+}
+
+// acc += mma j of a block: A from the rows' bit registers, B from the token group's words.
+__device__ __forceinline__ void imma_mma(int (&c)[4], const uint32_t (&a_g)[8],
+                                         const uint32_t (&a_g8)[8], const uint32_t (&words)[8],
+                                         int j, int t) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a_g[2 * j]), "r"(a_g8[2 * j]), "r"(a_g[2 * j + 1]), "r"(a_g8[2 * j + 1]),
+        "r"(words[imma_b_word(t, j, 0) - t * 8]), "r"(words[imma_b_word(t, j, 1) - t * 8]));
+}
+
+// Block b's integer dots d (D registers) of token group grp scaled into o: float(I) * (d_w *
+// d_x) for each of the lane's rows g / g+8 and tokens 2t / 2t+1.
+__device__ __forceinline__ void imma_scale_add(const ImmaStage& st, int grp, int b, int lane,
+                                               float2 dw, const int (&d)[4], float (&o)[4]) {
+  const ActMeta m0 = st.meta[(grp * 8 + imma_d_token(lane, 0)) * kQuadBlocks + b];
+  const ActMeta m1 = st.meta[(grp * 8 + imma_d_token(lane, 1)) * kQuadBlocks + b];
+  o[0] = fmaf(static_cast<float>(imma_signed_dot(d[0], m0.sum)), dw.x * m0.d, o[0]);
+  o[1] = fmaf(static_cast<float>(imma_signed_dot(d[1], m1.sum)), dw.x * m1.d, o[1]);
+  o[2] = fmaf(static_cast<float>(imma_signed_dot(d[2], m0.sum)), dw.y * m0.d, o[2]);
+  o[3] = fmaf(static_cast<float>(imma_signed_dot(d[3], m1.sum)), dw.y * m1.d, o[3]);
+}
+
 // The quad's four blocks against the CTA's 32 tokens, added into acc[group][c] (c: the D
 // registers' rows g / g+8 x tokens 2t / 2t+1, as q1_imma.h lays them out).
 // groups: how many groups of 8 tokens hold any of the batch's tokens (the rest are skipped).
+// kPairs (Q1Variant::kImmaPairs): two token groups at once, one mma chain each, instead of one
+// group in two chains joined by 4 IADD: the same integers, so the same bits. Predicted, not yet
+// measured: ~8% fewer instructions (the joins), the same two chains in flight.
+template <bool kPairs>
 __device__ __forceinline__ void imma_quad(const ImmaStage& st, const ImmaWeights& w, int lane,
                                           int groups, float (&acc)[kImmaGroups][4]) {
-  const int g = lane >> 2, t = lane & 3;
+  const int t = lane & 3;
   const uint32_t halves[4] = {w.scales.x, w.scales.y, w.scales.z, w.scales.w};
 #pragma unroll
   for (int b = 0; b < kQuadBlocks; ++b) {
@@ -385,43 +424,47 @@ __device__ __forceinline__ void imma_quad(const ImmaStage& st, const ImmaWeights
     __half2 h;
     std::memcpy(&h, &halves[b], sizeof h);
     const float2 dw = __half22float2(h);  // rows g, g+8
+    if constexpr (kPairs) {
 #pragma unroll
-    for (int grp = 0; grp < kImmaGroups; ++grp) {
-      if (grp >= groups) break;
-      const int n = grp * 8 + g;  // the token whose codes this lane passes
-      const uint4 c0 = st.codes[imma_chunk_pos(n, b * 8 + 2 * t)];
-      const uint4 c1 = st.codes[imma_chunk_pos(n, b * 8 + 2 * t + 1)];
-      const uint32_t words[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
-      // Two accumulator chains (j even / odd), added once: the warps wait on the mma's ~25-clock
-      // dependent latency (ncu at 5120->17408 x 512 with one chain: 7.3 cycles between a warp's
-      // issues, 2.8 of them fixed-latency dependency; 3.9 warps a scheduler, 0.92 eligible).
-      // Two chains: 264.8 -> 250.2 µs, 17408->5120 x 512 273.4 -> 251.8, pp512 3562 -> 3703
-      // (H200, 2026-12-05). Integer sums: the same bits.
-      int dc[2][4] = {};
+      for (int grp = 0; grp < kImmaGroups; grp += 2) {
+        if (grp >= groups) break;  // a pair's second group past the batch: zero codes, not stored
+        uint32_t w0[8], w1[8];
+        imma_codes(st, grp, b, lane, w0);
+        imma_codes(st, grp + 1, b, lane, w1);
+        int d0[4] = {}, d1[4] = {};
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        int* c = dc[j & 1];
-        asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-            "{%8,%9}, {%0,%1,%2,%3};"
-            : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-            : "r"(a_g[2 * j]), "r"(a_g8[2 * j]), "r"(a_g[2 * j + 1]), "r"(a_g8[2 * j + 1]),
-              "r"(words[imma_b_word(t, j, 0) - t * 8]), "r"(words[imma_b_word(t, j, 1) - t * 8]));
+        for (int j = 0; j < 4; ++j) {
+          imma_mma(d0, a_g, a_g8, w0, j, t);
+          imma_mma(d1, a_g, a_g8, w1, j, t);
+        }
+        imma_scale_add(st, grp, b, lane, dw, d0, acc[grp]);
+        imma_scale_add(st, grp + 1, b, lane, dw, d1, acc[grp + 1]);
       }
-      const int d[4] = {dc[0][0] + dc[1][0], dc[0][1] + dc[1][1], dc[0][2] + dc[1][2],
-                        dc[0][3] + dc[1][3]};
-      const ActMeta m0 = st.meta[(grp * 8 + imma_d_token(lane, 0)) * kQuadBlocks + b];
-      const ActMeta m1 = st.meta[(grp * 8 + imma_d_token(lane, 1)) * kQuadBlocks + b];
-      float* o = acc[grp];
-      o[0] = fmaf(static_cast<float>(imma_signed_dot(d[0], m0.sum)), dw.x * m0.d, o[0]);
-      o[1] = fmaf(static_cast<float>(imma_signed_dot(d[1], m1.sum)), dw.x * m1.d, o[1]);
-      o[2] = fmaf(static_cast<float>(imma_signed_dot(d[2], m0.sum)), dw.y * m0.d, o[2]);
-      o[3] = fmaf(static_cast<float>(imma_signed_dot(d[3], m1.sum)), dw.y * m1.d, o[3]);
+    } else {
+#pragma unroll
+      for (int grp = 0; grp < kImmaGroups; ++grp) {
+        if (grp >= groups) break;
+        uint32_t words[8];
+        imma_codes(st, grp, b, lane, words);
+        // Two accumulator chains (j even / odd), added once: the warps wait on the mma's
+        // ~25-clock dependent latency (ncu at 5120->17408 x 512 with one chain: 7.3 cycles
+        // between a warp's issues, 2.8 of them fixed-latency dependency; 3.9 warps a scheduler,
+        // 0.92 eligible). Two chains: 264.8 -> 250.2 µs, 17408->5120 x 512 273.4 -> 251.8,
+        // pp512 3562 -> 3703 (H200, 2026-12-05). Integer sums: the same bits.
+        int dc[2][4] = {};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) imma_mma(dc[j & 1], a_g, a_g8, words, j, t);
+        const int d[4] = {dc[0][0] + dc[1][0], dc[0][1] + dc[1][1], dc[0][2] + dc[1][2],
+                          dc[0][3] + dc[1][3]};
+        imma_scale_add(st, grp, b, lane, dw, d, acc[grp]);
+      }
     }
   }
 }
 
 // grid (ceil(n_tiles / kImmaWarps), ceil(n_tokens / kImmaTokens)), block kImmaWarps * 32. Uses
 // Q1Args' pointers and sizes only (no cut: a warp owns its row tile's whole n_in).
+template <bool kPairs>
 __global__ void __launch_bounds__(kImmaWarps * 32, 2) q1_imma_kernel(Q1Args a) {
   __shared__ ImmaStage stage[2];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -450,7 +493,7 @@ __global__ void __launch_bounds__(kImmaWarps * 32, 2) q1_imma_kernel(Q1Args a) {
     }
     cp_async_wait<1>();
     __syncthreads();  // every thread's copies of quad q have landed
-    if (active) imma_quad(stage[q & 1], cur, lane, groups, acc);
+    if (active) imma_quad<kPairs>(stage[q & 1], cur, lane, groups, acc);
     __syncthreads();  // quad q is read before its stage takes quad q + 2
     cur = next;
   }
@@ -1089,7 +1132,7 @@ Geometry geometry(int64_t n_in) {
 }
 
 bool uses_planes(Q1Variant v) {
-  return v != Q1Variant::kDp4a2 && v != Q1Variant::kImma;
+  return v != Q1Variant::kDp4a2 && v != Q1Variant::kImma && v != Q1Variant::kImmaPairs;
 }
 
 // How the two-launch product is cut: slices x chunks (q1_cut), rpc row tiles per CTA, grid.x
@@ -1190,6 +1233,7 @@ struct Q1Launch {
 };
 
 // The int8 tensor-core product: a CTA per kImmaWarps row tiles x kImmaTokens tokens.
+template <bool kPairs>
 struct Q1ImmaLaunch {
   static dim3 grid(const GpuMatrix& w, int64_t n_tokens) {
     return dim3(static_cast<unsigned>(ceil_div(w.n_row_tiles, kImmaWarps)),
@@ -1197,15 +1241,16 @@ struct Q1ImmaLaunch {
   }
   static void run(const GpuMatrix& w, const void* act, float* y, int64_t ldy, int64_t n_tokens,
                   bool pdl, cudaStream_t s) {
-    launch(&q1_imma_kernel, grid(w, n_tokens), dim3(kImmaWarps * 32), 0, pdl, s,
+    launch(&q1_imma_kernel<kPairs>, grid(w, n_tokens), dim3(kImmaWarps * 32), 0, pdl, s,
            q1_operands(w, act, y, ldy, n_tokens));
   }
   static std::string describe(const GpuMatrix& w, int64_t n_tokens) {
     cudaFuncAttributes attr{};
-    CUDA_CHECK(cudaFuncGetAttributes(&attr, &q1_imma_kernel));
+    CUDA_CHECK(cudaFuncGetAttributes(&attr, &q1_imma_kernel<kPairs>));
     const dim3 g = grid(w, n_tokens);
-    return fmt::format("int8 mma: {} tiles x {} tokens a CTA, {} x {} CTAs x {} threads, {} regs",
-                       kImmaWarps, kImmaTokens, g.x, g.y, kImmaWarps * 32, attr.numRegs);
+    return fmt::format("int8 mma{}: {} tiles x {} tokens a CTA, {} x {} CTAs x {} threads, {} regs",
+                       kPairs ? " (group pairs)" : "", kImmaWarps, kImmaTokens, g.x, g.y,
+                       kImmaWarps * 32, attr.numRegs);
   }
 };
 
@@ -1222,7 +1267,9 @@ decltype(auto) with_variant(Q1Variant v, Fn&& fn) {
     case Q1Variant::kBmma4Flat:
       return fn(Q1Launch<BmmaMath, 4, false>{});
     case Q1Variant::kImma:
-      return fn(Q1ImmaLaunch{});
+      return fn(Q1ImmaLaunch<false>{});
+    case Q1Variant::kImmaPairs:
+      return fn(Q1ImmaLaunch<true>{});
     case Q1Variant::kDp4a2:
       break;
   }
@@ -1505,6 +1552,8 @@ const char* q1_variant_name(Q1Variant v) {
       return "dp4a-q2";
     case Q1Variant::kImma:
       return "imma";
+    case Q1Variant::kImmaPairs:
+      return "imma-pairs";
   }
   return "?";
 }
@@ -1654,6 +1703,25 @@ void q1_0_two_launch_gemv(const GpuMatrix& w, const float* x, float* y, MatmulWo
   Q1Options o = q1_default_options(w.n_in, 0);
   o.one_launch = false;
   matmul_q1_0(w, x, w.n_in, y, w.n_out, 1, ws, o, s);
+}
+
+int64_t q1_0_imma_pairs_diff(const GpuMatrix& w, const float* x, int64_t ldx, int64_t n_tokens,
+                             MatmulWorkspace& ws, cudaStream_t s) {
+  const size_t n = static_cast<size_t>(n_tokens * w.n_out);
+  std::vector<float> y[2];
+  for (int v = 0; v < 2; ++v) {
+    DeviceBuffer d(n * sizeof(float));
+    CUDA_CHECK(cudaMemsetAsync(d.get(), 0xff, d.bytes(), s));  // NaN: unwritten floats differ
+    Q1Options o;
+    o.variant = v == 0 ? Q1Variant::kImma : Q1Variant::kImmaPairs;
+    matmul_q1_0(w, x, ldx, d.as<float>(), w.n_out, n_tokens, ws, o, s);
+    y[v].resize(n);
+    CUDA_CHECK(cudaMemcpyAsync(y[v].data(), d.get(), d.bytes(), cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+  }
+  int64_t diff = 0;
+  for (size_t i = 0; i < n; ++i) diff += std::memcmp(&y[0][i], &y[1][i], sizeof(float)) != 0;
+  return diff;
 }
 
 unsigned q1_0_gemv_traced(const FusedGemv& f, const Q1Options& o, uint64_t* trace, cudaStream_t s) {

@@ -534,23 +534,30 @@ int print_fold(Timer& timer) {
     matmul_fused(main_f, s);
     CUDA_CHECK(cudaStreamWaitEvent(s, join, 0));
   };
-  const std::string why =
-      q1_fold_refusal(main_family(1, 0), family(beta, alpha, y[1][2], y[1][3], 0));
+  FusedGemv asked = main_family(1, 0);  // with the SMs the launch leaves spare, as it runs
+  asked.spare_sms = static_cast<int>(beta[0].n_row_tiles + alpha[0].n_row_tiles);
+  const std::string why = q1_fold_refusal(asked, family(beta, alpha, y[1][2], y[1][3], 0));
   bool ok = why.empty();
   if (!ok) {
     fmt::print("  fold refused: {}\n", why);
   } else {
-    // Bits first (the conv state starts equal for both ways), then time in rotated order.
+    // Bits first, then time in rotated order. Compared: the four outputs (poisoned with a
+    // pattern of each way's own, so a float neither way writes differs too) and the conv state
+    // after the step (equal before it).
     std::vector<std::vector<float>> out(2);
+    const size_t sizes[5] = {10240, 6144, 48, 48, 3 * 10240};
     for (int way = 0; way < 2; ++way) {
       CUDA_CHECK(
           cudaMemcpyAsync(state, state0, 3 * 10240 * sizeof(float), cudaMemcpyDeviceToDevice, s));
-      launch(way, 0);
       for (int k = 0; k < 4; ++k) {
-        const size_t n = k == 0 ? 10240 : k == 1 ? 6144 : 48;
-        std::vector<float> v(n);
-        CUDA_CHECK(cudaMemcpyAsync(v.data(), y[way][size_t(k)], n * sizeof(float),
-                                   cudaMemcpyDeviceToHost, s));
+        CUDA_CHECK(cudaMemsetAsync(y[way][size_t(k)], way == 0 ? 0xff : 0xfe,
+                                   sizes[k] * sizeof(float), s));
+      }
+      launch(way, 0);
+      for (int k = 0; k < 5; ++k) {
+        std::vector<float> v(sizes[k]);
+        CUDA_CHECK(cudaMemcpyAsync(v.data(), k < 4 ? y[way][size_t(k)] : state,
+                                   sizes[k] * sizeof(float), cudaMemcpyDeviceToHost, s));
         CUDA_CHECK(cudaStreamSynchronize(s));
         out[way].insert(out[way].end(), v.begin(), v.end());
       }
@@ -609,6 +616,8 @@ int print_batched(Timer& timer) {
       for (int v = 0; v < 3; ++v) {
         const mm::Q1Options& o = v == 0 ? b1 : v == 1 ? imma : pairs;
         DeviceBuffer act(mm::q1_0_workspace_bytes(n_in, T));
+        // A poison pattern of its own: a float this variant does not write differs from the others.
+        CUDA_CHECK(cudaMemsetAsync(dy.get(), 0xfd + v, dy.bytes(), s));
         mm::q1_0_quantize(copies[0], dx.as<float>(), n_in, T, act.get(), o.variant, s);
         us[v] = timer.graph_us([&](int i) {
           mm::q1_0_product(copies[static_cast<size_t>(i) % copies.size()], act.get(),

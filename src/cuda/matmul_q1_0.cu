@@ -1711,7 +1711,8 @@ int64_t q1_0_imma_pairs_diff(const GpuMatrix& w, const float* x, int64_t ldx, in
   std::vector<float> y[2];
   for (int v = 0; v < 2; ++v) {
     DeviceBuffer d(n * sizeof(float));
-    CUDA_CHECK(cudaMemsetAsync(d.get(), 0xff, d.bytes(), s));  // NaN: unwritten floats differ
+    // Two different poison patterns: a float neither variant writes differs too.
+    CUDA_CHECK(cudaMemsetAsync(d.get(), v == 0 ? 0xff : 0xfe, d.bytes(), s));
     Q1Options o;
     o.variant = v == 0 ? Q1Variant::kImma : Q1Variant::kImmaPairs;
     matmul_q1_0(w, x, ldx, d.as<float>(), w.n_out, n_tokens, ws, o, s);

@@ -226,6 +226,19 @@ std::vector<float> tie_activations(Context& ctx, int64_t n) {
   return x;
 }
 
+// How many floats of a and b (the same length) differ in their bits; the first one, named by
+// `what`, goes into detail if it is still empty. The bit-for-bit checks' common step.
+int64_t differing_floats(const std::vector<float>& a, const std::vector<float>& b,
+                         const std::string& what, std::string& detail) {
+  int64_t diff = 0;
+  for (size_t j = 0; j < a.size(); ++j) {
+    if (std::memcmp(&a[j], &b[j], sizeof(float)) == 0) continue;
+    if (diff++ == 0 && detail.empty())
+      detail = fmt::format("{} float {}: {} against {}", what, j, a[j], b[j]);
+  }
+  return diff;
+}
+
 void run_case(Context& ctx, std::vector<Result>& out, const Case& c) {
   const std::string op = fmt::format("matmul_{}", quant::type_info(c.type).name);
   const int64_t ldx = c.n_in + c.ldx_pad, ldy = c.n_out + c.ldy_pad, T = c.n_tokens;
@@ -312,19 +325,10 @@ void run_case(Context& ctx, std::vector<Result>& out, const Case& c) {
     Result b;
     b.op = op + "_1launch_bits";
     b.shape = shape;
-    int64_t diff = 0, first = -1;
-    for (int64_t i = 0; i < c.n_out; ++i) {
-      if (std::memcmp(&y2[i], &y1[i], sizeof(float)) != 0) {
-        if (first < 0) first = i;
-        ++diff;
-      }
-    }
+    const int64_t diff = differing_floats(y1, y2, "one launch against two: row", b.detail);
     b.error = double(diff);
     b.passed = diff == 0;
-    if (!b.passed) {
-      b.detail = fmt::format("{} rows differ, first {}: one launch {} two launches {}", diff, first,
-                             y1[first], y2[first]);
-    }
+    if (!b.passed) b.detail = fmt::format("{} rows differ; first: {}", diff, b.detail);
     out.push_back(b);
   }
 
@@ -561,23 +565,14 @@ void run_fused_case(Context& ctx, std::vector<Result>& out, const FusedCase& c) 
     for (int i = 0; i < n_y; ++i) {
       const std::vector<float> a = download(fused[i], static_cast<size_t>(output(i)), s);
       const std::vector<float> b = download(unfused[i], static_cast<size_t>(output(i)), s);
-      for (int64_t j = 0; j < output(i); ++j) {
-        if (std::memcmp(&a[j], &b[j], sizeof(float)) != 0) {
-          if (diff++ == 0) {
-            bits.detail = fmt::format("output {} float {}: fused {} unfused {}", i, j, a[j], b[j]);
-          }
-        }
-      }
+      diff +=
+          differing_floats(a, b, fmt::format("fused against unfused: output {}", i), bits.detail);
       gpu_all.insert(gpu_all.end(), a.begin(), a.begin() + c.n_out[i]);
     }
     if (conv) {
-      const std::vector<float> a = download(d_state_fused, static_cast<size_t>(conv_floats), s);
-      const std::vector<float> b = download(d_state_unfused, static_cast<size_t>(conv_floats), s);
-      for (int64_t j = 0; j < conv_floats; ++j) {
-        if (std::memcmp(&a[j], &b[j], sizeof(float)) != 0 && diff++ == 0) {
-          bits.detail = fmt::format("conv state float {}: fused {} unfused {}", j, a[j], b[j]);
-        }
-      }
+      diff += differing_floats(download(d_state_fused, static_cast<size_t>(conv_floats), s),
+                               download(d_state_unfused, static_cast<size_t>(conv_floats), s),
+                               "fused against unfused: conv state", bits.detail);
     }
     bits.error = double(diff);
     bits.passed = diff == 0;
@@ -1260,20 +1255,15 @@ void run_fold_case(Context& ctx, std::vector<Result>& out, const FoldCase& c) {
     int64_t diff = 0;
     for (size_t i = 0; i < apart.y.size(); ++i) {
       const size_t n = apart.y[i].bytes() / sizeof(float);
-      const std::vector<float> a = download(folded.y[i], n, s), b = download(apart.y[i], n, s);
-      for (size_t j = 0; j < n; ++j) {
-        if (std::memcmp(&a[j], &b[j], sizeof(float)) == 0) continue;
-        if (diff++ == 0)
-          r.detail = fmt::format("output {} float {}: {} against {}", i, j, a[j], b[j]);
-      }
+      diff += differing_floats(download(folded.y[i], n, s), download(apart.y[i], n, s),
+                               fmt::format("folded against apart: output {}", i), r.detail);
     }
-    if (!same_bits(download(folded.state, size_t(conv_floats), s),
-                   download(apart.state, size_t(conv_floats), s))) {
-      ++diff;
-      r.detail += " (the conv state differs)";
-    }
+    diff += differing_floats(download(folded.state, size_t(conv_floats), s),
+                             download(apart.state, size_t(conv_floats), s),
+                             "folded against apart: conv state", r.detail);
     r.error = double(diff);
     r.passed = diff == 0;
+    if (!r.passed) r.detail = fmt::format("{} floats differ; first: {}", diff, r.detail);
   }
   out.push_back(r);
 }

@@ -5,11 +5,13 @@
 // the first report.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -121,13 +123,16 @@ std::vector<uint8_t> tiny_bytes() {
   return w.to_bytes();
 }
 
-// A writer holding f's metadata and its tensors' bytes, all but `left_out`.
+// A writer holding f's metadata and its tensors' bytes, all but `left_out`. The bytes are read
+// from f when the file is written, so f must outlive the writer (no copy per fuzz case).
 gguf::Writer copy_of(const gguf::File& f, const gguf::TensorInfo* left_out = nullptr) {
   gguf::Writer w;
   for (const auto& [key, value] : f.meta().all()) w.meta().set(key, value);
   for (const gguf::TensorInfo& t : f.tensors()) {
     if (&t != left_out) {
-      w.add_tensor(t.name, t.type, t.ne, std::vector<uint8_t>(t.data, t.data + t.size));
+      w.add_tensor(t.name, t.type, t.ne, [&t](std::span<uint8_t> out) {
+        std::copy(t.data, t.data + t.size, out.begin());
+      });
     }
   }
   return w;

@@ -159,8 +159,14 @@ class Writer {
     uint64_t size;
     Filler fill;
   };
-  // Serialises the whole file in order, chunk by chunk (to a vector or to a file).
-  void emit(const std::function<void(std::span<const uint8_t>)>& out) const;
+  // Where each tensor's data starts in the data section, and the section's size.
+  struct Layout {
+    std::vector<uint64_t> offsets;
+    uint64_t data_bytes = 0;
+  };
+  Layout layout() const;
+  // Everything before the data section, padded to the alignment.
+  std::vector<uint8_t> header(const Layout& l) const;
 
   Metadata meta_;
   std::vector<Pending> tensors_;

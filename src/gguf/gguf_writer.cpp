@@ -155,18 +155,21 @@ void Writer::add_tensor(const std::string& name, quant::Type type, std::vector<i
   });
 }
 
-void Writer::emit(const std::function<void(std::span<const uint8_t>)>& out) const {
+Writer::Layout Writer::layout() const {
   const uint64_t alignment = alignment_of(meta_);
-  std::vector<uint64_t> offsets;
-  uint64_t next = 0;
+  Layout l;
   for (const Pending& t : tensors_) {
-    if (next > UINT64_MAX - alignment || t.size > UINT64_MAX - alignment - next) {
+    if (l.data_bytes > UINT64_MAX - alignment || t.size > UINT64_MAX - alignment - l.data_bytes) {
       fail("tensor '{}': data section overflows 64-bit offsets", t.name);
     }
-    offsets.push_back(next);
-    next = detail::align_up(next + t.size, alignment);
+    l.offsets.push_back(l.data_bytes);
+    l.data_bytes = detail::align_up(l.data_bytes + t.size, alignment);
   }
+  if (!tensors_.empty()) l.data_bytes = l.offsets.back() + tensors_.back().size;  // no tail pad
+  return l;
+}
 
+std::vector<uint8_t> Writer::header(const Layout& l) const {
   ByteSink head;
   head.put<uint32_t>(0x46554747);  // "GGUF"
   head.put<uint32_t>(detail::kVersion);
@@ -182,26 +185,24 @@ void Writer::emit(const std::function<void(std::span<const uint8_t>)>& out) cons
     head.put<uint32_t>(static_cast<uint32_t>(tensors_[i].ne.size()));
     for (int64_t d : tensors_[i].ne) head.put(d);
     head.put(static_cast<uint32_t>(tensors_[i].type));
-    head.put(offsets[i]);
+    head.put(l.offsets[i]);
   }
-  head.pad_to(alignment);
-  out(head.bytes());
-
-  for (size_t i = 0; i < tensors_.size(); ++i) {
-    if (i > 0) {
-      const uint64_t prev_end = offsets[i - 1] + tensors_[i - 1].size;
-      out(std::vector<uint8_t>(offsets[i] - prev_end, 0));
-    }
-    std::vector<uint8_t> data(tensors_[i].size);
-    if (tensors_[i].fill) tensors_[i].fill(data);
-    out(data);
-  }
+  head.pad_to(alignment_of(meta_));
+  return head.bytes();
 }
 
+// The whole file is allocated once and every tensor filled in place: the fuzz tests build
+// hundreds of files, and growing the vector chunk by chunk was most of their time under ASan.
 std::vector<uint8_t> Writer::to_bytes() const {
-  std::vector<uint8_t> file;
-  emit(
-      [&](std::span<const uint8_t> chunk) { file.insert(file.end(), chunk.begin(), chunk.end()); });
+  const Layout l = layout();
+  std::vector<uint8_t> file = header(l);
+  const size_t data_start = file.size();
+  file.resize(data_start + l.data_bytes);  // zeros: the padding between tensors
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    if (tensors_[i].fill) {
+      tensors_[i].fill({file.data() + data_start + l.offsets[i], tensors_[i].size});
+    }
+  }
   return file;
 }
 
@@ -210,7 +211,18 @@ void Writer::write(const std::string& path) const {
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail("{}: cannot create: {}", tmp, std::strerror(errno));
   try {
-    emit([&](std::span<const uint8_t> chunk) { write_all(fd, chunk, tmp); });
+    const Layout l = layout();
+    write_all(fd, header(l), tmp);
+    // One tensor in memory at a time: multi-GB files never sit in memory whole.
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      if (i > 0) {
+        const uint64_t prev_end = l.offsets[i - 1] + tensors_[i - 1].size;
+        write_all(fd, std::vector<uint8_t>(l.offsets[i] - prev_end, 0), tmp);
+      }
+      std::vector<uint8_t> data(tensors_[i].size);
+      if (tensors_[i].fill) tensors_[i].fill(data);
+      write_all(fd, data, tmp);
+    }
   } catch (...) {
     ::close(fd);
     ::unlink(tmp.c_str());

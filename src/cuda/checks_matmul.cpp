@@ -54,7 +54,8 @@
 // launched apart (memcmp of every output, padding and conv state included; the decode's qkv
 // shapes, one folded matrix, a padded quad, small ranges); matmul_fused_q1_0_fold_refuses, the
 // folds q1_fold_refusal must name and matmul_fused must not run (too many rows, F32 rows, the
-// staged prologue) or the executor must not ask for (another prologue).
+// staged prologue, the rows' output overlapping the launch's) or the executor must not ask for
+// (another prologue), beside a control fold it must allow.
 //
 // With --perf, GEMV cases of the Bonsai shapes (and one prefill batch) are timed with enough
 // uploaded copies of the matrix that they exceed 150 MB (rotated by launch index, so weights come
@@ -1304,7 +1305,17 @@ void add_fold_refusals(Context& ctx, std::vector<Result>& out) {
       {"F32 rows", gemv(q1, y), gemv(f32, y + 1024), true},
       {"n_in 17408: the staged prologue", gemv(long_q1, y), gemv(long_bf, y + 1024), true},
       {"x misaligned: the staged prologue", misaligned, misaligned_side, true},
+      {"the rows' output overlaps the launch's", gemv(q1, y), gemv(bf, y + 1000), true},
   };
+  // The control: each case above breaks this fold in one way.
+  {
+    Result r;
+    r.op = "matmul_fused_q1_0_fold_refuses";
+    r.shape = "control: Q1_0 1024 rows + BF16 2 rows, n_in 640";
+    r.detail = q1_fold_refusal(gemv(q1, y), gemv(bf, y + 1024));
+    r.passed = r.detail.empty();
+    out.push_back(r);
+  }
   for (const Refusal& rc : cases) {
     Result r;
     r.op = "matmul_fused_q1_0_fold_refuses";

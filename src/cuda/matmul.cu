@@ -10,6 +10,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
 #include <string_view>
 #include <tuple>
 #include <vector>
@@ -178,88 +179,115 @@ bool overlaps(const float* a, int64_t na, const float* b, int64_t nb) {
   return a && b && a < b + nb && b < a + na;
 }
 
-void check_fused(const FusedGemv& f) {
-  const auto bad = [&](const std::string& why) {
-    fail("cuda matmul_fused ({} -> {}) of {}: {}", model::prologue_name(f.prologue),
-         model::epilogue_name(f.epilogue), describe_fused(f), why);
-  };
+// Why the launch f describes cannot run (its operands, not its kernel's limits); empty if it can.
+std::string fused_problem(const FusedGemv& f) {
   // The name functions' switches cover every enumerator (-Wswitch): "?" is a value outside them.
   if (std::string_view(model::prologue_name(f.prologue)) == "?" ||
       std::string_view(model::epilogue_name(f.epilogue)) == "?") {
-    bad("unknown prologue or epilogue");
+    return "unknown prologue or epilogue";
   }
   if (f.n < 1 || f.n > kMaxFusedMatrices) {
-    bad(fmt::format("{} matrices (1 to {} share a launch)", f.n, kMaxFusedMatrices));
+    return fmt::format("{} matrices (1 to {} share a launch)", f.n, kMaxFusedMatrices);
   }
   for (int i = 0; i < f.n; ++i) {
-    if (f.w[i] == nullptr || !f.w[i]->codes.get()) bad(fmt::format("matrix {} not uploaded", i));
+    if (f.w[i] == nullptr || !f.w[i]->codes.get()) return fmt::format("matrix {} not uploaded", i);
   }
   const GpuMatrix& w0 = *f.w[0];
   for (int i = 1; i < f.n; ++i) {
     if (fused_family(f.w[i]->type) != fused_family(w0.type)) {
-      bad("the matrices mix weight types (a fused launch serves one format)");
+      return "the matrices mix weight types (a fused launch serves one format)";
     }
-    if (f.w[i]->n_in != w0.n_in) bad("the matrices' n_in differ");
+    if (f.w[i]->n_in != w0.n_in) return "the matrices' n_in differ";
     if (f.w[i]->f32_activations != w0.f32_activations) {
-      bad("the matrices mix Q1_0 layouts (int8 and f32 activations)");
+      return "the matrices mix Q1_0 layouts (int8 and f32 activations)";
     }
   }
   switch (f.epilogue) {
     case Epilogue::Store:
     case Epilogue::ConvSilu:
       for (int i = 0; i < f.n; ++i) {
-        if (f.y[i] == nullptr) bad(fmt::format("no output for matrix {}", i));
+        if (f.y[i] == nullptr) return fmt::format("no output for matrix {}", i);
       }
       break;
     case Epilogue::AddInto:
-      if (f.n != 1) bad("add_into takes exactly one matrix");
-      if (f.y[0] == nullptr) bad("no residual / output y[0]");
+      if (f.n != 1) return "add_into takes exactly one matrix";
+      if (f.y[0] == nullptr) return "no residual / output y[0]";
       break;
     case Epilogue::SiluMulPair:
-      if (f.n != 2) bad("silu_mul_pair takes exactly two matrices (gate, up)");
-      if (f.w[1]->n_out != w0.n_out) bad("gate and up have different n_out");
-      if (f.y[0] == nullptr) bad("no output y[0]");
+      if (f.n != 2) return "silu_mul_pair takes exactly two matrices (gate, up)";
+      if (f.w[1]->n_out != w0.n_out) return "gate and up have different n_out";
+      if (f.y[0] == nullptr) return "no output y[0]";
       break;
   }
   if (f.silu_mat != -1 &&
       (!model::epilogue_per_matrix(f.epilogue) || f.silu_mat < 0 || f.silu_mat >= f.n ||
        (f.epilogue == Epilogue::ConvSilu && f.silu_mat == 0))) {
-    bad(fmt::format("silu_mat {}: a stored matrix of this launch (not the conv's)", f.silu_mat));
+    return fmt::format("silu_mat {}: a stored matrix of this launch (not the conv's)", f.silu_mat);
   }
-  if (f.x == nullptr) bad("no input x");
+  if (f.x == nullptr) return "no input x";
   const bool gated = model::prologue_gated(f.prologue);
   const bool normed = model::prologue_normed(f.prologue);
-  if (gated && f.gate == nullptr) bad("no gate vector");
-  if (normed && f.norm == nullptr) bad("no norm weight vector");
-  if (normed && !(f.eps >= 0.0f)) bad(fmt::format("eps {} must be >= 0", f.eps));
+  if (gated && f.gate == nullptr) return "no gate vector";
+  if (normed && f.norm == nullptr) return "no norm weight vector";
+  if (normed && !(f.eps >= 0.0f)) return fmt::format("eps {} must be >= 0", f.eps);
   if (model::prologue_head_normed(f.prologue) && (f.head_dim <= 0 || w0.n_in % f.head_dim != 0)) {
-    bad(fmt::format("head_dim {} must be positive and divide n_in", f.head_dim));
+    return fmt::format("head_dim {} must be positive and divide n_in", f.head_dim);
   }
   const int64_t conv_floats = (int64_t(f.conv_kernel) - 1) * w0.n_out;
   if (f.epilogue == Epilogue::ConvSilu) {
     if (f.conv_kernel < 1 || f.conv_kernel > model::kMaxFusedConvKernel) {
-      bad(fmt::format("conv kernel size {} (the fused conv holds 1 to {} taps)", f.conv_kernel,
-                      model::kMaxFusedConvKernel));
+      return fmt::format("conv kernel size {} (the fused conv holds 1 to {} taps)", f.conv_kernel,
+                         model::kMaxFusedConvKernel);
     }
     if (f.conv_w == nullptr || (f.conv_kernel > 1 && f.conv_state == nullptr)) {
-      bad("no conv weights or conv state");
+      return "no conv weights or conv state";
     }
-    if (overlaps(f.conv_state, conv_floats, f.x, w0.n_in)) bad("the conv state overlaps the input");
+    if (overlaps(f.conv_state, conv_floats, f.x, w0.n_in))
+      return "the conv state overlaps the input";
   }
-  // Every CTA reads the whole input while others write outputs: they must not overlap.
+  if (f.fold_n < 0 || f.fold_n > 2) return fmt::format("{} folded matrices (0 to 2)", f.fold_n);
+  for (int i = 0; i < f.fold_n; ++i) {
+    if (f.fold_w[i] == nullptr || f.fold_y[i] == nullptr) {
+      return fmt::format("folded matrix {} or its output missing", i);
+    }
+  }
+  // Every CTA reads the whole input while others write outputs (the folded rows' among them):
+  // they must not overlap.
+  struct Output {
+    const float* y;
+    int64_t n;
+    std::string name;
+  };
+  std::vector<Output> outputs;
   const int n_outputs = model::epilogue_per_matrix(f.epilogue) ? f.n : 1;
   for (int i = 0; i < n_outputs; ++i) {
-    const int64_t n_out = f.w[i]->n_out;
-    if (overlaps(f.y[i], n_out, f.x, w0.n_in) ||
-        (gated && overlaps(f.y[i], n_out, f.gate, w0.n_in))) {
-      bad(fmt::format("output {} overlaps the input", i));
+    outputs.push_back({f.y[i], f.w[i]->n_out, fmt::format("output {}", i)});
+  }
+  for (int i = 0; i < f.fold_n; ++i) {
+    outputs.push_back({f.fold_y[i], f.fold_w[i]->n_out, fmt::format("folded output {}", i)});
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Output& o = outputs[i];
+    if (overlaps(o.y, o.n, f.x, w0.n_in) || (gated && overlaps(o.y, o.n, f.gate, w0.n_in))) {
+      return o.name + " overlaps the input";
     }
-    for (int j = 0; j < i; ++j) {
-      if (overlaps(f.y[i], n_out, f.y[j], f.w[j]->n_out)) bad("outputs overlap");
+    for (size_t j = 0; j < i; ++j) {
+      if (overlaps(o.y, o.n, outputs[j].y, outputs[j].n)) {
+        return fmt::format("{} overlaps {}", o.name, outputs[j].name);
+      }
     }
-    if (f.epilogue == Epilogue::ConvSilu && overlaps(f.y[i], n_out, f.conv_state, conv_floats)) {
-      bad(fmt::format("output {} overlaps the conv state", i));
+    if (f.epilogue == Epilogue::ConvSilu && overlaps(o.y, o.n, f.conv_state, conv_floats)) {
+      return o.name + " overlaps the conv state";
     }
+  }
+  return "";
+}
+
+void check_fused(const FusedGemv& f) {
+  const std::string why = fused_problem(f);
+  if (!why.empty()) {
+    fail("cuda matmul_fused ({} -> {}) of {}: {}", model::prologue_name(f.prologue),
+         model::epilogue_name(f.epilogue), describe_fused(f), why);
   }
 }
 
@@ -388,7 +416,9 @@ std::string q1_fold_refusal(const FusedGemv& f, const FusedGemv& side) {
       side.eps != f.eps || side.head_dim != f.head_dim) {
     return "the rows have another input or prologue";
   }
-  return mm::fold_refusal_q1_0(with_fold(f, side), mm::q1_default_options(f.w[0]->n_in, 0));
+  const FusedGemv folded = with_fold(f, side);
+  const std::string why = fused_problem(folded);  // the rows' outputs against the launch's
+  return why.empty() ? mm::fold_refusal_q1_0(folded, mm::q1_default_options(f.w[0]->n_in, 0)) : why;
 }
 
 unsigned matmul_fused(const FusedGemv& f, cudaStream_t s) {

@@ -1,6 +1,6 @@
 // Shared-memory mbarriers, bulk copies (cp.async.bulk, sm_90), 16-byte cp.async and the acquire
 // load of a GPU-wide counter: the pieces of a kernel that streams weights into shared memory and
-// meets at grid barriers (the GEMV chain, matmul_q1_0.cu; the split-K MLP of branch
+// meets at grid barriers (the GEMV chain, q1_chain.cu; the split-K MLP of branch
 // exp/s27-split-k-mlp used them too), and of the int8 prefill product's staging.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The persistent Q1_0 GEMV chain (matmul_q1_0.cu describes the kernel; bench/chain_lab times
+// The persistent Q1_0 GEMV chain (q1_chain.cu describes the kernel; bench/chain_lab times
 // it against a launch per GEMV): the first piece of DESIGN.md §4's megakernel, in C++-clean
 // declarations (the op checks include them).
 #pragma once

@@ -1,7 +1,8 @@
 // The Q1_0 products' per-block arithmetic and the pieces around it (the cut of a row into
 // slices, weight loads, lane and slice sums), shared by the kernels that must agree bit for bit:
-// the GEMVs and the GEMV chain (matmul_q1_0.cu, whose header comment derives the arithmetic and
-// the weight layout; the split-K MLP of branch exp/s27-split-k-mlp included this header too).
+// the GEMVs (matmul_q1_0.cu, whose header comment derives the arithmetic and the weight layout)
+// and the GEMV chain (q1_chain.cu; the split-K MLP of branch exp/s27-split-k-mlp included this
+// header too).
 #pragma once
 
 #include <cuda_fp16.h>

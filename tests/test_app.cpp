@@ -371,6 +371,23 @@ TEST(Bench, JsonRowsCarryDispatchesPerOp) {
   }
 }
 
+// The README's main job prints llama-bench's markdown table (a row per test) and, with -v, the
+// dispatches per token by op kind of each test.
+TEST(Bench, MarkdownTableAndDispatchBreakdown) {
+  const Result r = bench_tiny({"-v"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("| model | backend | rungs | test | tok/s | Δ vs baseline | dispatches/tok "
+                       "| MB/tok | GB/s | % roofline |"),
+            std::string::npos)
+      << r.out;
+  for (const char* test : {"pp4", "tg4"}) {
+    EXPECT_NE(r.out.find(fmt::format(" | {} | ", test)), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(fmt::format(" {}: ", test)), std::string::npos) << r.out;
+  }
+  EXPECT_NE(r.out.find("dispatches per token by op:"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("roofline:"), std::string::npos) << "no roofline line on the CPU";
+}
+
 // One row per rung added, per rung alone, and the reduced states on top: 1 + 7 + 9 + 2
 // configurations, each with pp and tg; the baseline's dispatches minus all rungs' equal the
 // sum of what each rung removes alone (additivity, on the CPU's step counts), plus the one

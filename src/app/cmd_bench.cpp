@@ -272,6 +272,83 @@ int run_timeline(runtime::Executor& ex, const BenchArgs& a, int64_t n_vocab, dou
   return 0;
 }
 
+// One JSON row per configuration and test: tok/s, dispatches (in all and per op), and for decode
+// the bytes per token, GB/s and % of the roofline.
+nlohmann::json result_rows(const LoadedModel& lm, const std::vector<Config>& configs,
+                           const std::vector<Test>& tests,
+                           const std::vector<std::vector<Result>>& res, double roofline_bw) {
+  nlohmann::json rows = nlohmann::json::array();
+  double base_tg = 0.0;
+  for (size_t c = 0; c < configs.size(); ++c) {
+    const double mb_tok = double(decode_bytes(*lm.model, configs[c].rungs)) / 1e6;
+    for (size_t ti = 0; ti < tests.size(); ++ti) {
+      const Test& t = tests[ti];
+      const Result& r = res[c][ti];
+      const auto [mean, sd] = mean_sd(r.tok_s);
+      if (!t.prefill && c == 0) base_tg = mean;
+      const double per = t.prefill ? t.n : 1;
+      nlohmann::json row{{"model", lm.label},
+                         {"backend", lm.exec->name()},
+                         {"rungs", model::format_rungs(configs[c].rungs)},
+                         {"config", configs[c].name},
+                         {"test", t.name},
+                         {"tok_s", mean},
+                         {"tok_s_sd", sd},
+                         {"runs", r.tok_s.size()},
+                         {"dispatches_per_token", double(r.dispatches.total) / per}};
+      if (!t.prefill) {
+        row["vs_baseline_pct"] = base_tg > 0 ? 100.0 * (mean / base_tg - 1.0) : 0.0;
+        row["mb_per_token"] = mb_tok;
+        row["gb_s"] = mb_tok * mean / 1e3;
+        if (roofline_bw > 0) row["roofline_pct"] = 100.0 * mb_tok * 1e6 * mean / roofline_bw;
+      }
+      nlohmann::json ops = nlohmann::json::object();
+      for (const auto& [op, n] : named_ops(r.dispatches)) ops[op] = double(n) / per;
+      row["dispatches_by_op"] = ops;
+      rows.push_back(row);
+    }
+  }
+  return rows;
+}
+
+// The rows as llama-bench's markdown table, after the roofline line on a GPU.
+void print_markdown(const nlohmann::json& rows, const model::Model& m, double roofline_bw,
+                    bool ladder) {
+  if (roofline_bw > 0) {
+    const double mb = double(decode_bytes(m, model::Rungs::exact())) / 1e6;
+    fmt::print("roofline: {:.0f} GB/s measured copy bandwidth -> {:.0f} tok/s at {:.1f} MB/token\n",
+               roofline_bw / 1e9, roofline_bw / (mb * 1e6), mb);
+  }
+  fmt::print(
+      "| model | backend | rungs | test | tok/s | Δ vs baseline | dispatches/tok | MB/tok | GB/s | "
+      "% roofline |\n|---|---|---|---|---:|---:|---:|---:|---:|---:|\n");
+  auto num = [](const nlohmann::json& r, const char* k, const char* f) {
+    return r.contains(k) ? fmt::format(fmt::runtime(f), r[k].get<double>()) : std::string("—");
+  };
+  for (const auto& r : rows) {
+    fmt::print("| {} | {} | {} | {} | {:.2f} ± {:.2f} | {} | {:.1f} | {} | {} | {} |\n",
+               r["model"].get<std::string>(), r["backend"].get<std::string>(),
+               r["config"].get<std::string>(), r["test"].get<std::string>(),
+               r["tok_s"].get<double>(), r["tok_s_sd"].get<double>(),
+               ladder ? num(r, "vs_baseline_pct", "{:+.1f}%") : std::string("—"),
+               r["dispatches_per_token"].get<double>(), num(r, "mb_per_token", "{:.1f}"),
+               num(r, "gb_s", "{:.1f}"), num(r, "roofline_pct", "{:.1f}%"));
+  }
+}
+
+// -v: each configuration's and test's dispatches per token by op kind.
+void print_dispatches(const std::vector<Config>& configs, const std::vector<Test>& tests,
+                      const std::vector<std::vector<Result>>& res) {
+  fmt::print("\ndispatches per token by op:\n");
+  for (size_t c = 0; c < configs.size(); ++c) {
+    for (size_t ti = 0; ti < tests.size(); ++ti) {
+      const double per = tests[ti].prefill ? tests[ti].n : 1;
+      fmt::print("  {} {}: {}\n", configs[c].name, tests[ti].name,
+                 dispatch_breakdown(res[c][ti].dispatches, per));
+    }
+  }
+}
+
 int run_bench(const BenchArgs& a) {
   // The main job: with no model given, a synthetic Bonsai-27B Q1_0 on a GPU, tiny on a CPU.
   const std::string backend = runtime::resolve_backend(a.model.backend);
@@ -295,72 +372,13 @@ int run_bench(const BenchArgs& a) {
       a.ladder ? ladder_configs()
                : std::vector<Config>{{model::format_rungs(ex.rungs()), ex.rungs()}};
   const auto res = measure(ex, configs, tests, a, V);
-
-  nlohmann::json rows = nlohmann::json::array();
-  double base_tg = 0.0;
-  for (size_t c = 0; c < configs.size(); ++c) {
-    const double mb_tok = double(decode_bytes(*lm.model, configs[c].rungs)) / 1e6;
-    for (size_t ti = 0; ti < tests.size(); ++ti) {
-      const Test& t = tests[ti];
-      const Result& r = res[c][ti];
-      const auto [mean, sd] = mean_sd(r.tok_s);
-      if (!t.prefill && c == 0) base_tg = mean;
-      const double per = t.prefill ? t.n : 1;
-      nlohmann::json row{{"model", lm.label},
-                         {"backend", ex.name()},
-                         {"rungs", model::format_rungs(configs[c].rungs)},
-                         {"config", configs[c].name},
-                         {"test", t.name},
-                         {"tok_s", mean},
-                         {"tok_s_sd", sd},
-                         {"runs", r.tok_s.size()},
-                         {"dispatches_per_token", double(r.dispatches.total) / per}};
-      if (!t.prefill) {
-        row["vs_baseline_pct"] = base_tg > 0 ? 100.0 * (mean / base_tg - 1.0) : 0.0;
-        row["mb_per_token"] = mb_tok;
-        row["gb_s"] = mb_tok * mean / 1e3;
-        if (roofline_bw > 0) row["roofline_pct"] = 100.0 * mb_tok * 1e6 * mean / roofline_bw;
-      }
-      nlohmann::json ops = nlohmann::json::object();
-      for (const auto& [op, n] : named_ops(r.dispatches)) ops[op] = double(n) / per;
-      row["dispatches_by_op"] = ops;
-      rows.push_back(row);
-    }
-  }
+  const nlohmann::json rows = result_rows(lm, configs, tests, res, roofline_bw);
   if (a.output == "json") {
     fmt::print("{}\n", rows.dump(2));
     return 0;
   }
-  if (roofline_bw > 0) {
-    const double mb = double(decode_bytes(*lm.model, model::Rungs::exact())) / 1e6;
-    fmt::print("roofline: {:.0f} GB/s measured copy bandwidth -> {:.0f} tok/s at {:.1f} MB/token\n",
-               roofline_bw / 1e9, roofline_bw / (mb * 1e6), mb);
-  }
-  fmt::print(
-      "| model | backend | rungs | test | tok/s | Δ vs baseline | dispatches/tok | MB/tok | GB/s | "
-      "% roofline |\n|---|---|---|---|---:|---:|---:|---:|---:|---:|\n");
-  auto num = [](const nlohmann::json& r, const char* k, const char* f) {
-    return r.contains(k) ? fmt::format(fmt::runtime(f), r[k].get<double>()) : std::string("—");
-  };
-  for (const auto& r : rows) {
-    fmt::print("| {} | {} | {} | {} | {:.2f} ± {:.2f} | {} | {:.1f} | {} | {} | {} |\n",
-               r["model"].get<std::string>(), r["backend"].get<std::string>(),
-               r["config"].get<std::string>(), r["test"].get<std::string>(),
-               r["tok_s"].get<double>(), r["tok_s_sd"].get<double>(),
-               a.ladder ? num(r, "vs_baseline_pct", "{:+.1f}%") : std::string("—"),
-               r["dispatches_per_token"].get<double>(), num(r, "mb_per_token", "{:.1f}"),
-               num(r, "gb_s", "{:.1f}"), num(r, "roofline_pct", "{:.1f}%"));
-  }
-  if (a.verbose) {
-    fmt::print("\ndispatches per token by op:\n");
-    for (size_t c = 0; c < configs.size(); ++c) {
-      for (size_t ti = 0; ti < tests.size(); ++ti) {
-        const double per = tests[ti].prefill ? tests[ti].n : 1;
-        fmt::print("  {} {}: {}\n", configs[c].name, tests[ti].name,
-                   dispatch_breakdown(res[c][ti].dispatches, per));
-      }
-    }
-  }
+  print_markdown(rows, *lm.model, roofline_bw, a.ladder);
+  if (a.verbose) print_dispatches(configs, tests, res);
   return 0;
 }
 

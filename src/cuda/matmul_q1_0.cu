@@ -650,10 +650,13 @@ struct Q1GemvArgs {
   int blocks_in;
   EpilogueArgs epi;
   PrologueArgs pro;
-  // Folded rows (FusedGemv::fold_*, the kFold kernel): CTA r < fold_rows[1] computes row r of
-  // the BF16 matrices' concatenation (fold_rows[0] rows of matrix 0 first) over fold_chunks
-  // chunks in fold_ranges ranges of fold_per chunks. Last, so that the other kernels' parameter
-  // offsets (and SASS) stay as they were.
+  // Folded rows (FusedGemv::fold_*; none where fold_rows[1] is 0): CTA r < fold_rows[1]
+  // computes row r of the BF16 matrices' concatenation (fold_rows[0] rows of matrix 0 first)
+  // over fold_chunks chunks in fold_ranges ranges of fold_per chunks. A branch of the one
+  // kernel every decode GEMV runs, not an instantiation of its own: as its own kernel (160 KB of
+  // SASS beside the others' 153 KB) the GEMVs after it slowed (H100, 2026-12-05: gate+up 14.48 ->
+  // 15.46 µs, ffn_down 7.49 -> 7.98) and tg128 fell 2.5% below the side launch's; as a branch it
+  // is level with it (bench/RESULTS.md), instruction fetch again (see the kernel's comment).
   const uint4* fold_codes[2];  // [n_groups][fold_chunks][32] (matmul.cuh's chunked layout)
   float* fold_y[2];
   int fold_rows[2];
@@ -698,9 +701,9 @@ struct GemvStep {
 // One thread's view of a one-launch GEMV CTA: the prologue, the per-slot product, reduction
 // and epilogue. Shared memory (host: gemv_layout): staged p(x) [n_stage floats] | act
 // [n_blocks][32] | meta [n_blocks] | norm sums and scales | slice sums [2 parities][2 pair
-// matrices][warps][16] | ConvSilu's taps [teams][16][kConvTapFloats] | kFold: the folded row's
+// matrices][warps][16] | ConvSilu's taps [teams][16][kConvTapFloats] | folded rows: the row's
 // chunks [fold_chunks] (uint4) and their parts [fold_per][fold_ranges].
-template <int kQ, bool kTraced, bool kFold>
+template <int kQ, bool kTraced>
 struct GemvCta {
   const Q1GemvArgs& a;
   float4* stage;
@@ -841,7 +844,8 @@ struct GemvCta {
     __syncthreads();  // act / meta (and the folded row's parts) are complete
   }
 
-  // Folded rows (kFold; FusedGemv::fold_*). Their chunks and parts in shared memory (found from
+  // Folded rows (FusedGemv::fold_*, where fold_rows[1] > 0). Their chunks and parts in shared
+  // memory (found from
   // the parameters on each use: pointers held from the constructor made ptxas spill).
   __device__ uint4* fold_chunks() const {
     return reinterpret_cast<uint4*>(reinterpret_cast<unsigned char*>(stage) + a.off_fold);
@@ -958,7 +962,7 @@ struct GemvCta {
             constexpr Prologue kRms = Prologue::RmsNorm;
 #pragma unroll
             for (int e = 0; e < 8; ++e) e8[e] = prologue_value<kRms>(x[e], 0.0f, w[e], scale);
-            if constexpr (kFold) fold_part(e8);
+            if (a.fold_rows[1] > 0) fold_part(e8);
           } else {
             load_staged_eighth(stage, u, e8);
           }
@@ -1070,11 +1074,11 @@ struct GemvCta {
 // then pdl_wait(), the prologue, and the product: `teams` teams of `slices` warps,
 // each team striding over slots (a row tile of one matrix; for SiluMulPair a row tile of both,
 // gate then up), the next step's loads issued before the current one is processed.
-template <int kQ, bool kTraced, bool kFold = false>
+template <int kQ, bool kTraced>
 __global__ void __launch_bounds__(32 * gemv_max_warps(kQ))
     q1_gemv_kernel(const __grid_constant__ Q1GemvArgs a) {
   extern __shared__ float4 smem4[];
-  GemvCta<kQ, kTraced, kFold> c(a, reinterpret_cast<unsigned char*>(smem4));
+  GemvCta<kQ, kTraced> c(a, reinterpret_cast<unsigned char*>(smem4));
   // The first quad of this warp's chunk of a step, in quads from its matrix's base.
   const auto quad_of = [&](const GemvStep& st) {
     return int64_t(st.tile) * a.n_quads + c.chunk_quad(st);
@@ -1088,7 +1092,7 @@ __global__ void __launch_bounds__(32 * gemv_max_warps(kQ))
   ChunkLoads<kQ> buf0, buf1;
   GemvStep st = c.first_step();
   load(st, buf0);
-  if constexpr (kFold) c.stage_fold_chunk();
+  if (a.fold_rows[1] > 0) c.stage_fold_chunk();
   c.prefetch_all();
   prologue_prefetch_constants(a.pro);
   c.stamp(kTraceEntry);
@@ -1114,7 +1118,7 @@ __global__ void __launch_bounds__(32 * gemv_max_warps(kQ))
     buf0 = buf1;
     st = s1;
   }
-  if constexpr (kFold) c.fold_sum();
+  if (a.fold_rows[1] > 0) c.fold_sum();
   c.stamp(kGemvTraceEvents - 1);
 }
 
@@ -1449,17 +1453,17 @@ std::string fold_refusal(const FusedGemv& f, const GemvShape& g) {
   return "";
 }
 
-template <int kQ, bool kTraced = false, bool kFold = false>
+template <int kQ, bool kTraced = false>
 GemvShape teams_shape(const FusedGemv& f) {
   GemvShape g;
   g.a = gemv_args<kQ>(f);
   Q1GemvArgs& a = g.a;
-  if constexpr (kFold) fold_args(f, a);
+  fold_args(f, a);
   const int n_sm = usable_sms(f);
   a.teams = gemv_teams(kQ, a.slices, a.n_slots, n_sm);
   g.threads = 32 * a.slices * a.teams;
   g.smem = gemv_layout(a);
-  const void* kernel = reinterpret_cast<const void*>(&q1_gemv_kernel<kQ, kTraced, kFold>);
+  const void* kernel = reinterpret_cast<const void*>(&q1_gemv_kernel<kQ, kTraced>);
   if (g.smem > allow_max_smem(kernel)) fail_shape(f, "does not fit", g.smem);
   const int per_sm = occupancy(kernel, g.threads, g.smem);
   if (per_sm < 1) fail_shape(f, "has no CTA that fits", g.smem);
@@ -1476,25 +1480,21 @@ GemvShape teams_shape(const FusedGemv& f) {
   return g;
 }
 
-template <int kQ, bool kTraced, bool kFold = false>
+template <int kQ, bool kTraced>
 unsigned launch_gemv(const FusedGemv& f, const Q1Options& o, uint64_t* trace, cudaStream_t s) {
   const auto refuse = [&](const std::string& why, size_t smem) {
     if (!why.empty()) fail_shape(f, fmt::format("cannot fold rows in: {}", why).c_str(), smem);
   };
-  if constexpr (kFold) refuse(fold_operands_refusal(f), 0);
-  GemvShape g = teams_shape<kQ, kTraced, kFold>(f);
-  if constexpr (kFold) refuse(fold_refusal(f, g), g.smem);
+  if (f.fold_n > 0) refuse(fold_operands_refusal(f), 0);
+  GemvShape g = teams_shape<kQ, kTraced>(f);
+  if (f.fold_n > 0) refuse(fold_refusal(f, g), g.smem);
   g.a.trace = trace;
-  launch(&q1_gemv_kernel<kQ, kTraced, kFold>, dim3(g.grid), dim3(g.threads), g.smem, o.pdl, s, g.a);
+  launch(&q1_gemv_kernel<kQ, kTraced>, dim3(g.grid), dim3(g.threads), g.smem, o.pdl, s, g.a);
   return g.grid;
 }
-// Folded rows only in the decode's kernel (two quads a chunk, untraced): one more instantiation.
 template <int kQ>
 unsigned launch_gemv(const FusedGemv& f, const Q1Options& o, uint64_t* trace, cudaStream_t s) {
-  if (f.fold_n > 0) {
-    if (kQ != 2 || trace) fail_shape(f, "folds rows in only untraced with two quads a chunk", 0);
-    return launch_gemv<2, false, true>(f, o, nullptr, s);
-  }
+  if (f.fold_n > 0 && kQ != 2) fail_shape(f, "folds rows in only with two quads a chunk", 0);
   return trace ? launch_gemv<kQ, true>(f, o, trace, s) : launch_gemv<kQ, false>(f, o, trace, s);
 }
 
@@ -1749,7 +1749,7 @@ std::string fold_refusal_q1_0(const FusedGemv& f, const Q1Options& o) {
                        q1_variant_name(o.variant));
   }
   const std::string why = fold_operands_refusal(f);
-  return why.empty() ? fold_refusal(f, teams_shape<2, false, true>(f)) : why;
+  return why.empty() ? fold_refusal(f, teams_shape<2>(f)) : why;
 }
 
 int codes_out_blocks_q1_0(const FusedGemv& f, const Q1Options& o) {

@@ -83,8 +83,8 @@ for s in "${steps[@]}"; do
       --metrics gpu__time_duration.sum --csv --print-units base --kernel-name-base demangled \
       --launch-skip "${PROFILE_SKIP:-2000}" --launch-count "${PROFILE_COUNT:-1100}" \
       "$bin/src/app/gdn" bench -p 0 -n 16 -r 1 --rounds 1 --rungs all,-graphs
-    # PROFILE_DISPATCHES: the decode's dispatches per token, as gdn bench prints them (340 is
-    # 388 less the 48 side launches the fold removes: check it against the bench's count).
+    # PROFILE_DISPATCHES: the decode's dispatches per token, as gdn bench prints them (340 with
+    # every exact rung since the fold, gdn bench on an H100, 2026-12-05).
     python3 scripts/profile_table.py "$out/profile.log" --dispatches "${PROFILE_DISPATCHES:-340}" \
       >"$out/profile_table.log" 2>&1 ;;
     # The same for pp512: every launch of the bench's two prefills (warm-up and timed; the

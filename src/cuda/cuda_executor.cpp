@@ -615,8 +615,10 @@ int CudaExecutor::fused_matmul(const model::Step& s, ProgramMem& pm, Slot& slot)
 // launch still leaves free the SMs the side launch would have held (its row groups): with
 // every SM taken by the GEMV, the GDN recurrence's CTAs lost the early start they make there
 // (4.47 -> 5.14 µs; H200, 2026-12-02, branch exp/s14-side-fold).
-// Predicted (not yet measured): the qkv step 12.9 -> ~10 µs (9.67 with the side launch
-// skipped, plus ~0.3 for the fold's loads and sums), tg128 ~+5%.
+// Predicted: the qkv step 12.9 -> ~10 µs, tg128 ~+5%. Measured (H100, 2026-12-05,
+// bench/RESULTS.md): the step 14.13 -> 9.76 µs, but gate+up and ffn_down after it slower, so
+// tg128 level with the side launch (328.7-329.7 against 327.7-328.6) at 340 dispatches a token
+// instead of 388; with the fold as a kernel instantiation of its own, 2.5% slower.
 bool CudaExecutor::fold(FusedGemv& main, const FusedGemv& side) const {
   FusedGemv f = main;
   for (int k = 0; k < side.n; ++k) f.spare_sms += static_cast<int>(side.w[k]->n_row_tiles);

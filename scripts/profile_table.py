@@ -5,9 +5,10 @@ gpu__time_duration.sum, one row per kernel launch, kernels run one at a time).
   scripts/profile_table.py PROFILE.log [--dispatches N]
 
 N is the decode step's dispatches per token, as `gdn bench` prints it (Bonsai-27B with every
-exact rung: 388 measured before the qkv steps folded beta and alpha in, 48 fewer expected with
-the fold): the launches in the log are divided by it to give launches and time per token. N = 0: totals over the whole log (a prefill profile: one row of launches is not a token). Kernels are grouped by name (template arguments kept, parameters dropped) and launch
-shape, largest total first.
+exact rung: 340 since the qkv steps fold beta and alpha in): the launches in the log are divided
+by it to give launches and time per token. N = 0: totals over the whole log (a prefill profile:
+one row of launches is not a token). Kernels are grouped by name (template arguments kept,
+parameters dropped) and launch shape, largest total first.
 """
 import argparse
 import collections

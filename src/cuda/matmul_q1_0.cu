@@ -403,8 +403,9 @@ __device__ __forceinline__ void imma_scale_add(const ImmaStage& st, int grp, int
 // registers' rows g / g+8 x tokens 2t / 2t+1, as q1_imma.h lays them out).
 // groups: how many groups of 8 tokens hold any of the batch's tokens (the rest are skipped).
 // kPairs (Q1Variant::kImmaPairs): two token groups at once, one mma chain each, instead of one
-// group in two chains joined by 4 IADD: the same integers, so the same bits. Predicted, not yet
-// measured: ~8% fewer instructions (the joins), the same two chains in flight.
+// group in two chains joined by 4 IADD: the same integers, so the same bits. Predicted ~8% fewer
+// instructions (the joins); measured (H100, 2026-12-05, the lab's batch table) 0.4-1.3% faster at
+// 512 tokens and slower at 8 (a pair is 16 tokens), so not the default.
 template <bool kPairs>
 __device__ __forceinline__ void imma_quad(const ImmaStage& st, const ImmaWeights& w, int lane,
                                           int groups, float (&acc)[kImmaGroups][4]) {
@@ -653,10 +654,11 @@ struct Q1GemvArgs {
   // Folded rows (FusedGemv::fold_*; none where fold_rows[1] is 0): CTA r < fold_rows[1]
   // computes row r of the BF16 matrices' concatenation (fold_rows[0] rows of matrix 0 first)
   // over fold_chunks chunks in fold_ranges ranges of fold_per chunks. A branch of the one
-  // kernel every decode GEMV runs, not an instantiation of its own: as its own kernel (160 KB of
-  // SASS beside the others' 153 KB) the GEMVs after it slowed (H100, 2026-12-05: gate+up 14.48 ->
-  // 15.46 µs, ffn_down 7.49 -> 7.98) and tg128 fell 2.5% below the side launch's; as a branch it
-  // is level with it (bench/RESULTS.md), instruction fetch again (see the kernel's comment).
+  // kernel every decode GEMV runs, not an instantiation of its own (H100, 2026-12-05,
+  // bench/RESULTS.md): as its own kernel (160 KB of SASS beside the others' 153 KB) tg128 fell
+  // 2.5% below the side launch's (the timeline: gate+up 14.44 -> 15.57 µs, ffn_down 7.50 ->
+  // 8.04); as a branch it is level with it. Read as instruction fetch, as with the earlier
+  // split instantiations (the kernel's comment); not traced.
   const uint4* fold_codes[2];  // [n_groups][fold_chunks][32] (matmul.cuh's chunked layout)
   float* fold_y[2];
   int fold_rows[2];
@@ -845,8 +847,8 @@ struct GemvCta {
   }
 
   // Folded rows (FusedGemv::fold_*, where fold_rows[1] > 0). Their chunks and parts in shared
-  // memory (found from
-  // the parameters on each use: pointers held from the constructor made ptxas spill).
+  // memory (found from the parameters on each use: pointers held from the constructor made
+  // ptxas spill).
   __device__ uint4* fold_chunks() const {
     return reinterpret_cast<uint4*>(reinterpret_cast<unsigned char*>(stage) + a.off_fold);
   }

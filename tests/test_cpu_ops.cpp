@@ -2,11 +2,17 @@
 // double on small random (never zero) inputs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "common/error.h"
+#include "common/parallel.h"
 #include "cpu/ops.h"
+#include "quant/quant.h"
 
 namespace gdn::cpu {
 namespace {
@@ -154,6 +160,86 @@ TEST(CpuOps, AttentionIsCausalSoftmaxWithGqa) {
         for (size_t s = 0; s < p.size(); ++s) o += p[s] / sum * vc[s * Hkv * D + kvh * D + i];
         EXPECT_NEAR(out[t * H * D + h * D + i], o, 1e-6);
       }
+    }
+  }
+}
+
+// A matrix of n_out random rows stored as `type` (the bytes live in `storage`).
+model::Matrix random_matrix(quant::Type type, int64_t n_in, int64_t n_out, std::mt19937& rng,
+                            std::vector<uint8_t>& storage) {
+  const size_t rb = quant::row_bytes(type, n_in);
+  storage.assign(rb * static_cast<size_t>(n_out), 0);
+  for (int64_t r = 0; r < n_out; ++r) {
+    const std::vector<float> v = random_vec(static_cast<size_t>(n_in), rng);
+    quant::quantize_row(type, v.data(), storage.data() + rb * static_cast<size_t>(r), n_in);
+  }
+  return {.name = "w",
+          .type = type,
+          .n_in = n_in,
+          .n_out = n_out,
+          .row_bytes = rb,
+          .data = storage.data()};
+}
+
+// y[t][r] is the row's dot with x[t] — quant::dot_row, or with x quantised per 128 elements
+// when asked — whatever the pool's split; both arithmetics stay within their error of the
+// exact dot of the stored (dequantised) weights.
+TEST(CpuOps, MatMulIsEachRowsDotWithEachToken) {
+  std::mt19937 rng(9);
+  const int64_t T = 3, n_in = 384, n_out = 37;  // 37 rows: uneven chunks over 3 threads
+  std::vector<uint8_t> bytes;
+  const model::Matrix w = random_matrix(quant::Type::Q1_0, n_in, n_out, rng, bytes);
+  auto x = random_vec(static_cast<size_t>(T * n_in), rng);
+  std::vector<float> y(static_cast<size_t>(T * n_out)), yq(y.size());
+  ThreadPool pool(3);
+  mat_mul(w, rows(x, T, n_in), rows(y, T, n_out), pool);
+  mat_mul(w, rows(x, T, n_in), rows(yq, T, n_out), pool, true);
+  std::vector<quant::BlockQ8Act128> xq(static_cast<size_t>(n_in / quant::kQ8Act128Block));
+  std::vector<float> wr(static_cast<size_t>(n_in));
+  int differ = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const float* xt = x.data() + t * n_in;
+    quant::quantize_activations_q8_128(xt, n_in, xq.data());
+    for (int64_t r = 0; r < n_out; ++r) {
+      const float got = y[static_cast<size_t>(t * n_out + r)];
+      const float got_q = yq[static_cast<size_t>(t * n_out + r)];
+      EXPECT_EQ(got, quant::dot_row(w.type, w.row(r), xt, n_in)) << "t " << t << " r " << r;
+      EXPECT_EQ(got_q, quant::dot_row_q1_0_q8_128(w.row(r), xq.data(), n_in));
+      quant::dequantize_row(w.type, w.row(r), wr.data(), n_in);
+      // The int8 codes put each element within half a step (its block's amax / 127) of x.
+      double exact = 0, scale = 0, code_error = 0;
+      for (int64_t b = 0; b < n_in; b += quant::kQ8Act128Block) {
+        double amax = 0;
+        for (int64_t i = b; i < b + quant::kQ8Act128Block; ++i)
+          amax = std::max(amax, double(std::abs(xt[i])));
+        for (int64_t i = b; i < b + quant::kQ8Act128Block; ++i) {
+          exact += double(wr[size_t(i)]) * xt[i];
+          scale += std::abs(double(wr[size_t(i)]) * xt[i]);
+          code_error += std::abs(double(wr[size_t(i)])) * amax / 254;
+        }
+      }
+      EXPECT_NEAR(got, exact, 1e-5 * scale);
+      EXPECT_NEAR(got_q, exact, code_error + 1e-5 * scale);
+      differ += got != got_q;
+    }
+  }
+  EXPECT_GT(differ, 0) << "the q8 path gave the f32 path's bits: was it taken?";
+}
+
+TEST(CpuOps, MatMulRefusesMismatchedShapesNamingTheWeight) {
+  std::mt19937 rng(10);
+  std::vector<uint8_t> bytes;
+  model::Matrix w = random_matrix(quant::Type::F32, 8, 4, rng, bytes);
+  w.name = "blk.0.ffn_up.weight";
+  std::vector<float> x(16), y(8);
+  ThreadPool pool(1);
+  EXPECT_NO_THROW(mat_mul(w, rows(x, 2, 8), rows(y, 2, 4), pool));
+  for (auto [xr, xc, yr, yc] : {std::array<int64_t, 4>{2, 7, 2, 4}, {2, 8, 2, 3}, {2, 8, 1, 4}}) {
+    try {
+      mat_mul(w, rows(x, xr, xc), rows(y, yr, yc), pool);
+      ADD_FAILURE() << "accepted [" << xr << "x" << xc << "] -> [" << yr << "x" << yc << "]";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("blk.0.ffn_up.weight"), std::string::npos) << e.what();
     }
   }
 }

@@ -163,6 +163,40 @@ TEST(Program, BaselineGranularityIsCounted) {
   EXPECT_EQ(ex.last_dispatches(), int64_t(p.steps.size()));
 }
 
+// Op names label dispatch counts and timeline rows: one each, none shared.
+TEST(Program, EveryOpHasItsOwnName) {
+  std::vector<std::string> names;
+  for (int i = 0; i < model::kOpCount; ++i) {
+    const std::string n = model::op_name(static_cast<model::Op>(i));
+    EXPECT_NE(n, "?") << "op " << i;
+    EXPECT_EQ(std::count(names.begin(), names.end(), n), 0) << n;
+    names.push_back(n);
+  }
+}
+
+// A step's matrices are its leading non-null entries.
+TEST(Program, StepMatricesAreTheLeadingNonNullOnes) {
+  const model::Matrix a, b;
+  EXPECT_EQ(model::Step{}.n_mats(), 0);
+  EXPECT_EQ((model::Step{.mats = {&a, &b}}).n_mats(), 2);
+  EXPECT_EQ((model::Step{.mats = {&a, nullptr, &b}}).n_mats(), 1);
+}
+
+// gdn bench --null-dispatches: N empty steps at the end of a decode program and nowhere else
+// (a prefill's dispatches are not what it prices); a negative N is refused.
+TEST(Program, NullDispatchesEndDecodeProgramsOnly) {
+  auto m = tiny(quant::Type::Q8_0);
+  const model::Program plain = model::build_forward(m->model, 1, false);
+  const model::Program padded = model::build_forward(m->model, 1, false, {.null_dispatches = 3});
+  ASSERT_EQ(padded.steps.size(), plain.steps.size() + 3);
+  for (size_t i = 0; i < padded.steps.size(); ++i) {
+    EXPECT_EQ(padded.steps[i].op == model::Op::Null, i >= plain.steps.size()) << "step " << i;
+  }
+  EXPECT_EQ(model::build_forward(m->model, 4, false, {.null_dispatches = 3}).steps.size(),
+            model::build_forward(m->model, 4, false).steps.size());
+  EXPECT_THROW(model::build_forward(m->model, 1, false, {.null_dispatches = -1}), Error);
+}
+
 // The timeline's weight bytes per step: a decode program reads every weight it streams in
 // exactly one step, however the rungs fuse them.
 TEST(Program, DecodeStepsReadEveryWeightOnce) {

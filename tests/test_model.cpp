@@ -112,6 +112,23 @@ TEST(HParams, RejectsSizesThatWouldOverflowAndNonFiniteFloats) {
   EXPECT_EQ(error([](gguf::Metadata&) {}), "");
 }
 
+TEST(Presets, EveryNamedPresetIsValidAndAnUnknownOneListsThem) {
+  for (const std::string& name : synth::preset_names()) {
+    HParams hp = synth::preset(name);
+    EXPECT_NO_THROW(hp.validate()) << name;
+  }
+  try {
+    synth::preset("bonsai-1b");
+    ADD_FAILURE() << "an unknown preset was accepted";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("'bonsai-1b'"), std::string::npos) << msg;
+    for (const std::string& name : synth::preset_names()) {
+      EXPECT_NE(msg.find(name), std::string::npos) << msg;
+    }
+  }
+}
+
 // The synthetic Bonsai-27B Q1_0 file must be the size llama.cpp's loader sees (3.5–3.6 GiB);
 // computed from the table so CI need not write 3.5 GB.
 TEST(TensorTable, Bonsai27bQ10SizeMatchesTheRealFile) {

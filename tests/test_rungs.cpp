@@ -35,6 +35,15 @@ TEST(Rungs, ParseNamesAllNoneAndRemovals) {
   EXPECT_FALSE(Rungs::exact().has(Rung::StateBf16));
 }
 
+// gdn bench --help: every rung's name and what it does.
+TEST(Rungs, HelpDescribesEveryRung) {
+  const std::string help = model::describe_rungs();
+  for (const model::RungInfo& i : model::rung_table()) {
+    EXPECT_NE(help.find(i.name), std::string::npos) << i.name;
+    EXPECT_NE(help.find(i.what), std::string::npos) << i.what;
+  }
+}
+
 TEST(Rungs, UnknownOrContradictoryRungsAreRefusedByName) {
   try {
     model::parse_rungs("state-inplace,gating-fusd");

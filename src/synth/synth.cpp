@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstring>
 
+#include <fmt/ranges.h>
+
 #include "common/error.h"
 #include "common/parallel.h"
 #include "model/tensors.h"
@@ -97,7 +99,7 @@ model::HParams preset(const std::string& name) {
   if (name == "bonsai-27b") return make(5120, 64, 4, 17408, 24, 4, 256, 16, 48, 128, 248320);
   if (name == "qwen35-0.8b") return make(1024, 24, 4, 3584, 8, 2, 256, 16, 16, 128, 248320);
   if (name == "tiny") return make(256, 4, 2, 512, 4, 2, 64, 2, 4, 64, 2048);
-  fail("unknown preset '{}' (known: bonsai-27b, qwen35-0.8b, tiny)", name);
+  fail("unknown preset '{}' (known: {})", name, fmt::join(preset_names(), ", "));
 }
 
 std::vector<std::string> preset_names() {

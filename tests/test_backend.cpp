@@ -11,22 +11,14 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "error_of.h"
 #include "runtime/backend.h"
 #include "synth/synth.h"
 
 namespace gdn::runtime {
 namespace {
 
-// The message of the gdn::Error that fn throws ("" when it throws none).
-template <class Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 TEST(Backend, AutoPicksCudaOnlyWhereItIsUsable) {
   EXPECT_TRUE(!cuda_usable() || cuda_built());

@@ -19,6 +19,7 @@
 #include "convert/hf_tokenizer.h"
 #include "convert/json_file.h"
 #include "convert/safetensors.h"
+#include "error_of.h"
 #include "fuzz_cases.h"
 #include "gguf/gguf.h"
 #include "model/tensors.h"
@@ -27,6 +28,7 @@
 namespace fs = std::filesystem;
 using gdn::convert::Checkpoint;
 using gdn::convert::SafetensorsFile;
+using gdn::testing::error_of;
 using nlohmann::json;
 
 namespace {
@@ -89,17 +91,6 @@ void write_safetensors(const fs::path& path, const std::vector<StEntry>& entries
   auto [header, data] = safetensors_parts(entries);
   if (edit) edit(header);
   write_file(path, header.dump(), data);
-}
-
-// Runs f and returns the gdn::Error message it throws ("" if it does not throw).
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const gdn::Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 #define EXPECT_ERROR_HAS(expr, ...)                                                      \

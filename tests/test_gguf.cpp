@@ -14,12 +14,14 @@
 #include <vector>
 
 #include "common/error.h"
+#include "error_of.h"
 #include "gguf/gguf.h"
 
 namespace gdn::gguf {
 namespace {
 
 using quant::Type;
+using testing::error_of;
 
 // Hand-assembles GGUF bytes so tests can plant one specific defect.
 class Bytes {
@@ -81,16 +83,6 @@ void expect_parse_error(const Bytes& b, std::initializer_list<std::string_view> 
   for (std::string_view n : needles) {
     EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' missing from: " << msg;
   }
-}
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 void expect_contains(const std::string& msg, std::initializer_list<std::string_view> needles) {

@@ -18,6 +18,7 @@
 #include "cuda/device.h"
 #include "cuda/op_check.h"
 #include "cuda/q1_imma.h"
+#include "cuda/read_ceiling.h"
 #include "cuda/timeline.h"
 #include "executor_checks.h"
 #include "hf_fixture.h"
@@ -393,6 +394,37 @@ TEST(CudaLogits, ViewFollowsEachForward) {
     ASSERT_EQ(gpu[i].size(), cpu[i].size()) << "forward " << i;
     EXPECT_LE(rel_max_diff(gpu[i], cpu[i]), 1e-4) << "forward " << i;
   }
+}
+
+// The timings every perf claim rests on (gdn ops --perf, gdn bench's roofline, gemv_lab):
+// finite, within what HBM can do, and growing with the bytes moved. The bounds are loose on
+// purpose (a shared machine's noise must not fail a test); a broken timer gives 0, NaN or a
+// rate beyond any GPU's memory.
+TEST(CudaTiming, CopyBandwidthAndReadCeilingsArePlausible) {
+  REQUIRE_GPU();
+  cudaStream_t s;  // graph capture needs a stream of its own
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const double copy = cuda::measure_copy_bandwidth(s);
+  EXPECT_GT(copy, 1e11);
+  EXPECT_LT(copy, 2e13);
+  const double small = 4.0 * (1 << 20), big = 64.0 * (1 << 20);
+  const cuda::ReadCeiling a = cuda::measure_read_ceiling(small, s);
+  const cuda::ReadCeiling b = cuda::measure_read_ceiling(big, s);
+  ASSERT_TRUE(std::isfinite(a.us) && std::isfinite(b.us));
+  EXPECT_GT(a.us, 0);
+  EXPECT_GT(b.us, a.us);
+  EXPECT_FALSE(a.config.empty());
+  // A plain read moves at most about what a copy reads and writes together.
+  EXPECT_LT(big / (b.us * 1e-6), 1.5 * copy) << b.us << " µs for 64 MiB";
+  cuda::DeviceBuffer buf(static_cast<size_t>(big));
+  const auto memset_us = [&](size_t bytes) {
+    return cuda::graph_us(
+        s, [&](int) { CUDA_CHECK(cudaMemsetAsync(buf.get(), 1, bytes, s)); }, 4, 5);
+  };
+  const double one_mib = memset_us(1 << 20), all = memset_us(static_cast<size_t>(big));
+  EXPECT_GT(one_mib, 0);
+  EXPECT_GT(all, one_mib);
+  CUDA_CHECK(cudaStreamDestroy(s));
 }
 
 // Pinned host memory takes a device-to-host copy, and moving it hands the allocation over.

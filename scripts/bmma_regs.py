@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""Lists the BMMA instructions of the kernels in an sm_90 cubin with their registers, to check
+without a GPU (or a disassembler: this machine has none) how ptxas scheduled a GEMV's dot loop.
+
+Why: the one-launch Q1_0 GEMV's speed has followed ptxas' register choices around its BMMAs
+(bench/RESULTS.md, 2026-12-05: with one register for the B operand of a chunk's first two
+BMMAs, the second waits for the first's result to be read; the faster build issues them back
+to back). A BMMA is the 128-bit instruction whose low 12 bits are 0x23d; its destination is
+bits 16-23 (D = Rd..Rd+3), A bits 24-31, B bits 32-39, as cuobjdump prints them.
+
+Usage: bmma_regs.py KERNEL.cubin [NAME_SUBSTRING]
+  (the cubin from nvcc -cubin -gencode=arch=compute_90a,code=sm_90a ...)
+Prints, per kernel whose section name holds NAME_SUBSTRING: each BMMA's offset, the
+instructions since the previous one, its registers, and "waits" where its B register is one
+the previous BMMA wrote (so it cannot issue until that result was read and B reloaded).
+"""
+import re
+import struct
+import subprocess
+import sys
+
+
+def text_sections(path):
+    out = subprocess.run(["readelf", "-SW", path], capture_output=True, text=True,
+                         check=True).stdout
+    for line in out.splitlines():
+        m = re.match(r"\s*\[\s*\d+\]\s+(\S+)\s+\S+\s+[0-9a-f]+\s+([0-9a-f]+)\s+([0-9a-f]+)", line)
+        if m and m.group(1).startswith(".text."):
+            yield m.group(1)[len(".text."):], int(m.group(2), 16), int(m.group(3), 16)
+
+
+def bmmas(code):
+    for at in range(0, len(code) - 15, 16):
+        lo, = struct.unpack_from("<Q", code, at)
+        if lo & 0xFFF == 0x23D:
+            yield at, (lo >> 16) & 0xFF, (lo >> 24) & 0xFF, (lo >> 32) & 0xFF
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    path, want = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else ""
+    data = open(path, "rb").read()
+    for name, off, size in text_sections(path):
+        if want not in name:
+            continue
+        found = list(bmmas(data[off:off + size]))
+        if not found:
+            continue
+        print(f"{name}: {size} bytes, {len(found)} BMMA")
+        prev = None
+        for at, d, a, b in found:
+            gap = "" if prev is None else f"+{(at - prev[0]) // 16:<4d}"
+            waits = prev is not None and prev[1] <= b < prev[1] + 4
+            print(f"  {at:#07x} {gap:6s} BMMA R{d}, R{a}.ROW, R{b}.COL{'   waits' if waits else ''}")
+            prev = (at, d)
+
+
+if __name__ == "__main__":
+    main()

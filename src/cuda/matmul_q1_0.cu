@@ -1120,6 +1120,11 @@ __global__ void __launch_bounds__(32 * gemv_max_warps(kQ))
     buf0 = buf1;
     st = s1;
   }
+  // Any fold code here, after the slot loop, changes how ptxas allocates the dot's registers:
+  // a chunk's first two BMMAs share one B register and run one after the other, where without
+  // it (or with fold_sum right after the prologue) they issue back to back (scripts/bmma_regs.py;
+  // bench/RESULTS.md, 2026-12-05). A candidate cause of the GEMVs' slowdown with the fold, not
+  // yet timed.
   if (a.fold_rows[1] > 0) c.fold_sum();
   c.stamp(kGemvTraceEvents - 1);
 }

@@ -855,7 +855,7 @@ struct GemvCta {
   __device__ float* fold_parts() const {
     return reinterpret_cast<float*>(fold_chunks() + a.fold_chunks);
   }
-  __device__ int* fold_done() const {  // warps past their last slot
+  __device__ int* fold_done() const {  // warps past the prologue
     return reinterpret_cast<int*>(fold_parts() + a.fold_per * a.fold_ranges);
   }
   // The CTA's row r and matrix m, -1 where it has none.
@@ -891,10 +891,9 @@ struct GemvCta {
     const int range = a.fold_div.div(u);
     fold_parts()[(u - range * a.fold_per) * a.fold_ranges + range] = chunk_fma(w, e8, 0.0f);
   }
-  // The first warp past its last slot: lane k adds range k's parts in chunk order from 0, then
+  // The first warp past the prologue: lane k adds range k's parts in chunk order from 0, then
   // every range's sum is added in range order from 0 (chunked_fused_kernel's order) and lane 0
-  // stores the row. Done between the prologue and the slots, by a warp whose slot buffers are
-  // live, it made ptxas spill 16 bytes; here it hides behind the teams still working.
+  // stores the row.
   __device__ void fold_sum() const {
     int r;
     const int m = fold_matrix(r);
@@ -1103,6 +1102,10 @@ __global__ void __launch_bounds__(32 * gemv_max_warps(kQ))
   prologue_prefetch_inputs(a.pro);
   c.stamp(kTraceWaited);
   c.prologue();
+  // Here, not after the slot loop: any fold code after the loop made ptxas give a chunk's first
+  // two BMMAs one B register, so they ran one after the other (scripts/bmma_regs.py;
+  // bench/RESULTS.md, 2026-12-05).
+  if (a.fold_rows[1] > 0) c.fold_sum();
   c.stamp(kTracePrologue);
   // The next step's loads go out before the current step is processed, into buf1, moved to buf0
   // after it (24 register moves a step at kQ = 2). Not unrolled by two (both buffers in registers,
@@ -1120,12 +1123,6 @@ __global__ void __launch_bounds__(32 * gemv_max_warps(kQ))
     buf0 = buf1;
     st = s1;
   }
-  // Any fold code here, after the slot loop, changes how ptxas allocates the dot's registers:
-  // a chunk's first two BMMAs share one B register and run one after the other, where without
-  // it (or with fold_sum right after the prologue) they issue back to back (scripts/bmma_regs.py;
-  // bench/RESULTS.md, 2026-12-05). A candidate cause of the GEMVs' slowdown with the fold, not
-  // yet timed.
-  if (a.fold_rows[1] > 0) c.fold_sum();
   c.stamp(kGemvTraceEvents - 1);
 }
 

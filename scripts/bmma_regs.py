@@ -13,6 +13,8 @@ Usage: bmma_regs.py KERNEL.cubin [NAME_SUBSTRING]
 Prints, per kernel whose section name holds NAME_SUBSTRING: each BMMA's offset, the
 instructions since the previous one, its registers, and "waits" where its B register is one
 the previous BMMA wrote (so it cannot issue until that result was read and B reloaded).
+Then the offsets of its local-memory stores and loads (STL 0x387, LDL 0x983: ptxas' spills,
+found from a probe kernel indexing a local array), to see whether a spill sits near the dot.
 """
 import re
 import struct
@@ -36,6 +38,14 @@ def bmmas(code):
             yield at, (lo >> 16) & 0xFF, (lo >> 24) & 0xFF, (lo >> 32) & 0xFF
 
 
+def local_accesses(code):
+    names = {0x387: "STL", 0x983: "LDL"}
+    for at in range(0, len(code) - 15, 16):
+        lo, = struct.unpack_from("<Q", code, at)
+        if lo & 0xFFF in names:
+            yield at, names[lo & 0xFFF]
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
@@ -54,6 +64,8 @@ def main():
             waits = prev is not None and prev[1] <= b < prev[1] + 4
             print(f"  {at:#07x} {gap:6s} BMMA R{d}, R{a}.ROW, R{b}.COL{'   waits' if waits else ''}")
             prev = (at, d)
+        local = [f"{n} {at:#07x}" for at, n in local_accesses(data[off:off + size])]
+        print(f"  local memory: {', '.join(local) if local else 'none'}")
 
 
 if __name__ == "__main__":

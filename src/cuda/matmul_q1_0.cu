@@ -1105,9 +1105,11 @@ __global__ void __launch_bounds__(32 * gemv_max_warps(kQ))
   // Here, not after the slot loop: any fold code after the loop made ptxas give a chunk's first
   // two BMMAs one B register, so they ran one after the other (scripts/bmma_regs.py). Measured
   // (H100, 2026-12-05): gate+up 16.22 -> 14.86 µs, ffn_down 8.41 -> 7.99, the qkv step 9.82 ->
-  // 10.22 (this warp's slots now wait for the sum), tg128 +2.5%. Summed by a fixed warp instead
-  // of the first to arrive, or with its loops kept rolled: 16 B spilled and four serialised
-  // BMMAs, or no change (ptxas -v, bmma_regs.py).
+  // 10.22 (this warp's slots now wait for the sum), tg128 +2.5-3.2%. ptxas spills 8 bytes here
+  // (three loads near the dot; none without the fold). Not better by ptxas -v and bmma_regs.py:
+  // a fixed warp summing (16 B spilled, four serialised BMMAs; with its first loads deferred
+  // past the sum, four serialised), the sum inside prologue() or its loops kept rolled (the same
+  // registers), the sum out of line (92 B spilled).
   if (a.fold_rows[1] > 0) c.fold_sum();
   c.stamp(kTracePrologue);
   // The next step's loads go out before the current step is processed, into buf1, moved to buf0

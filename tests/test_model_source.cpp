@@ -7,11 +7,9 @@
 
 #include <filesystem>
 #include <regex>
-#include <sstream>
 #include <vector>
 
 #include "error_of.h"
-#include "runtime/backend.h"
 
 namespace gdn::app {
 namespace {

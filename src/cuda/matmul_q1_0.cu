@@ -69,7 +69,7 @@
 // slice order (deterministic, no atomics). How n_in is cut (q1_cut: kQ, slices, chunks of kQ
 // quads per slice) depends on n_in and the variant only, never on n_out or the launch: at most
 // cut_slices warps per row tile, in as few chunks as that allows (kQ = 2: n_in 5120 -> 5 warps
-// of one chunk, 6144 -> 6 of one, 17408 -> 6 of three; tests/test_cuda_shapes.cu). Only how
+// of one chunk, 6144 -> 6 of one, 17408 -> 6 of three; tests/test_launch_rules.cu). Only how
 // many row tiles a CTA holds and the grid follow n_out.
 //
 // The two-launch product kernel (q1_kernel) holds rpc row tiles per CTA and strides over row

@@ -14,7 +14,10 @@ Prints, per kernel whose section name holds NAME_SUBSTRING: each BMMA's offset, 
 instructions since the previous one, its registers, and "waits" where its B register is one
 the previous BMMA wrote (so it cannot issue until that result was read and B reloaded).
 Then the offsets of its local-memory stores and loads (STL 0x387, LDL 0x983: ptxas' spills,
-found from a probe kernel indexing a local array), to see whether a spill sits near the dot.
+found from a probe kernel indexing a local array), marked "in loop" where they lie inside the
+innermost loop around the BMMAs (the shortest backward branch spanning them: BRA 0x947, its
+signed word offset from the next instruction in bits 16-23 and 34-63, found from a probe
+kernel with one loop). A spill outside that loop runs once a launch; one inside, every step.
 """
 import re
 import struct
@@ -46,6 +49,26 @@ def local_accesses(code):
             yield at, names[lo & 0xFFF]
 
 
+def branch_target(at, lo):
+    words = ((lo >> 16) & 0xFF) | ((lo >> 34) << 8)
+    if words >> 37:
+        words -= 1 << 38
+    return at + 16 + 4 * words
+
+
+def dot_loop(code, first, last):
+    """The innermost loop [head, back edge] holding the BMMAs at [first, last], or None."""
+    best = None
+    for at in range(0, len(code) - 15, 16):
+        lo, = struct.unpack_from("<Q", code, at)
+        if lo & 0xFFF != 0x947:
+            continue
+        target = branch_target(at, lo)
+        if target <= first and at >= last and (best is None or at - target < best[1] - best[0]):
+            best = (target, at)
+    return best
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
@@ -64,7 +87,12 @@ def main():
             waits = prev is not None and prev[1] <= b < prev[1] + 4
             print(f"  {at:#07x} {gap:6s} BMMA R{d}, R{a}.ROW, R{b}.COL{'   waits' if waits else ''}")
             prev = (at, d)
-        local = [f"{n} {at:#07x}" for at, n in local_accesses(data[off:off + size])]
+        code = data[off:off + size]
+        loop = dot_loop(code, found[0][0], found[-1][0])
+        if loop:
+            print(f"  dot loop: {loop[0]:#07x}-{loop[1]:#07x} ({(loop[1] - loop[0]) // 16 + 1} instructions)")
+        local = [f"{n} {at:#07x}{' in loop' if loop and loop[0] <= at <= loop[1] else ''}"
+                 for at, n in local_accesses(code)]
         print(f"  local memory: {', '.join(local) if local else 'none'}")
 
 

@@ -654,10 +654,6 @@ void add_fused_checks(Context& ctx, std::vector<Result>& out) {
       run_fused_case(ctx, out, fused_case(t, p, Epilogue::AddInto, n_in, {1000}, hd));
       run_fused_case(ctx, out, fused_case(t, p, Epilogue::SiluMulPair, n_in, {77, 77}, hd));
       run_fused_case(ctx, out, fused_case(t, p, Epilogue::SiluMulPair, n_in, {300, 300}, hd, true));
-      // Q1_0 on two SMs: 13 pairs of tiles, the last round's one pair split between two teams
-      // (the one-launch GEMV's split_round), its tile's last rows past n_out.
-      if (q1)
-        run_fused_case(ctx, out, fused_case(t, p, Epilogue::SiluMulPair, n_in, {200, 200}, hd));
       run_fused_case(ctx, out, fused_case(t, p, Epilogue::ConvSilu, n_in, {300, 77}, hd));
     }
     // A stored gate through SiLU (silu_mat), beside the conv's channels and alone.

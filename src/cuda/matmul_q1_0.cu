@@ -646,10 +646,6 @@ struct Q1GemvArgs {
   uint32_t* act_out;
   ActMeta* meta_out;
   int own_blocks, own_rounds;
-  // SiluMulPair: the round whose pair slots are split (-1: none), its last, with at most half as
-  // many pairs as team slots: team 2k computes the gate tile of pair k of the round, team
-  // 2k + 1 its up tile and the epilogue (GemvCta::split).
-  int split_round;
   const uint32_t* act_in;
   const ActMeta* meta_in;
   int blocks_in;
@@ -785,7 +781,7 @@ struct GemvCta {
   __device__ void advance(GemvStep& st) const {
     if (++st.c < a.chunks) return;
     st.c = 0;
-    if (pair && st.ms == 0 && st.round != a.split_round) {
+    if (pair && st.ms == 0) {
       st.ms = st.m = 1;
       return;
     }
@@ -797,11 +793,6 @@ struct GemvCta {
   // st.m and st.tile of st.slot (slots only grow along a walk: m never goes back).
   __device__ void locate(GemvStep& st) const {
     if (pair) {
-      if (st.round == a.split_round) {  // st.slot: the round's team slot, made its pair
-        const int base = st.round * static_cast<int>(gridDim.x) * a.teams;
-        st.ms = team & 1;
-        st.slot = base + (st.slot - base) / 2;
-      }
       st.m = st.ms;
       st.tile = st.round < a.own_rounds ? own_tile0() + st.round * a.teams + team : st.slot;
       return;
@@ -825,9 +816,8 @@ struct GemvCta {
         prefetch_l2(a.scales[m] + int64_t(t0) * a.n_quads * 8, uint32_t(n) * tile_scales);
       }
     }
-    for (int r = a.own_rounds; r * stride < a.n_slots; ++r) {
-      const int per = r == a.split_round ? a.teams / 2 : a.teams;  // slots of this CTA's round
-      const int s0 = r * stride + blockIdx.x * per, s1 = min(s0 + per, a.n_slots);
+    for (int s0 = blockIdx.x * a.teams + a.own_rounds * stride; s0 < a.n_slots; s0 += stride) {
+      const int s1 = min(s0 + a.teams, a.n_slots);
       for (int m = 0; m < kMaxFusedMatrices; ++m) {
         const int begin = pair || m == 0 ? 0 : a.slot_end[m - 1];
         const int end = pair ? (m < 2 ? a.n_slots : 0) : a.slot_end[m];
@@ -1050,27 +1040,18 @@ struct GemvCta {
       slot[0] = r.x;
       slot[8] = r.y;
     }
-    const bool split = pair && s.round == a.split_round;
-    if (pair && s.ms == 0 && !split) return;
+    if (pair && s.ms == 0) return;
     stamp_slot(kTraceSums);
     // The team's slice sums of this slot are in shared memory. The other parity's buffer was
-    // read before every team thread arrived here, so the next slot may overwrite it. A split
-    // pair's two teams meet at a barrier of their own (a team's own may still be in use by its
-    // partner's last slot); the gate team is then done: the round is the kernel's last.
-    if (split) {
-      bar_sync(1 + a.teams + team / 2, 64 * a.slices);
-      if (s.ms == 0) return;
-    } else {
-      bar_sync(1 + team, 32 * a.slices);
-    }
+    // read before every team thread arrived here, so the next slot may overwrite it.
+    bar_sync(1 + team, 32 * a.slices);
     stamp_slot(kTraceBarrier);
     if (r16 < kTileRows) {
       const int m = pair ? 0 : s.m;
       const int64_t row = int64_t(s.tile) * kTileRows + r16;
       if (row < a.n_out[m]) {
         const float* base = red + (parity * 2 * n_warps + team * a.slices) * kTileRows + r16;
-        const float* gate = split ? base - a.slices * kTileRows : base;  // team - 1's slices
-        const float s0 = sum_slices(gate, a.slices, kTileRows);
+        const float s0 = sum_slices(base, a.slices, kTileRows);
         const float s1 = pair ? sum_slices(base + n_warps * kTileRows, a.slices, kTileRows) : 0.0f;
         const ConvTaps t =
             conv && m == 0 ? conv_taps_arrived(my_taps(), a.epi.conv_kernel) : ConvTaps{};
@@ -1320,7 +1301,6 @@ struct GemvShape {
 template <int kQ>
 Q1GemvArgs gemv_args(const FusedGemv& f) {
   Q1GemvArgs a{};
-  a.split_round = -1;
   const Geometry geo = geometry(f.w[0]->n_in);
   a.n_quads = static_cast<int>(geo.n_quads);
   a.n_blocks = static_cast<int>(geo.n_blocks_padded);
@@ -1402,7 +1382,11 @@ size_t gemv_layout(Q1GemvArgs& a) {
 // rounds either way: three teams measured faster once (timeline, 2026-11-30: 14.22 against
 // 14.59 µs), four since the kernel's instruction cuts (2026-12-01, gdn bench --timeline: 13.17
 // against 12.38 µs, 3142.3 -> 3118.8 µs/token); fewer warps than that cost far more (capped
-// at 10 or 12 warps, tg128 221 and 258 against 301).
+// at 10 or 12 warps, tg128 221 and 258 against 301). Its third round (32 pairs on 8 CTAs)
+// split between team pairs, one team the gate tile and one the up tile (bit-identical): gate+up
+// 14.94 -> 15.54 µs, tg128 338.3 -> 329.5 (H100, 2026-12-05): that round runs beside every
+// CTA's codes hand-off, so it was not the step's tail, and the walk's extra code slowed every
+// other GEMV by 0.2-0.3 µs.
 int gemv_teams(int kQ, int slices, int n_slots, int n_sm) {
   const int cap = std::max(1, std::min(gemv_max_warps(kQ) / slices, 15));  // barriers 1..15
   int best = 1;
@@ -1428,23 +1412,6 @@ int own_blocks(const Q1GemvArgs& a, unsigned grid) {
   int own = std::min(a.n_out[0] / kBlock / static_cast<int>(grid), a.n_stage / kBlock);
   while (own > 0 && own * kTilesPerBlock % a.teams != 0) --own;
   return own;
-}
-
-// SiluMulPair's last round split between pairs of teams (Q1GemvArgs::split_round), -1 where it
-// cannot be: where the round is one of the own rounds, holds more than half as many pairs as
-// team slots, the teams are odd, or the pairs' barriers (1 + teams + k) would reach the codes'.
-// gate+up on Bonsai (1088 pair slots on 132 CTAs of 4 teams) ran a third round of 32 pairs on
-// 8 CTAs: each of its teams a gate tile then an up tile, so the GEMV waited for eight steps
-// where the other 124 CTAs were done.
-int split_round(const Q1GemvArgs& a, unsigned grid) {
-  if (a.epi.kind != Epilogue::SiluMulPair || a.teams % 2 != 0 ||
-      a.teams + a.teams / 2 >= kCodesBarrier) {
-    return -1;
-  }
-  const int stride = static_cast<int>(grid) * a.teams;
-  const int last = (a.n_slots - 1) / stride;
-  if (last < a.own_rounds || 2 * (a.n_slots - last * stride) > stride) return -1;
-  return last;
 }
 
 // The folded rows' arguments (FusedGemv::fold_*; none without them).
@@ -1523,7 +1490,6 @@ GemvShape teams_shape(const FusedGemv& f) {
     a.act_out = f.codes_act;
     a.meta_out = static_cast<ActMeta*>(f.codes_meta);
   }
-  a.split_round = split_round(a, g.grid);
   return g;
 }
 

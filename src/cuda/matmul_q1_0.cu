@@ -1384,9 +1384,9 @@ size_t gemv_layout(Q1GemvArgs& a) {
 // against 12.38 µs, 3142.3 -> 3118.8 µs/token); fewer warps than that cost far more (capped
 // at 10 or 12 warps, tg128 221 and 258 against 301). Its third round (32 pairs on 8 CTAs)
 // split between team pairs, one team the gate tile and one the up tile (bit-identical): gate+up
-// 14.94 -> 15.54 µs, tg128 338.3 -> 329.5 (H100, 2026-12-05): that round runs beside every
-// CTA's codes hand-off, so it was not the step's tail, and the walk's extra code slowed every
-// other GEMV by 0.2-0.3 µs.
+// 14.94 -> 15.54 µs, tg128 338.3 -> 329.5 (H100, 2026-12-05), though gemv_lab's trace shows
+// that round as the step's tail (its 8 CTAs end ~3 µs after the median CTA); the walk's extra
+// code slowed every other GEMV by 0.2-0.3 µs. Not understood.
 int gemv_teams(int kQ, int slices, int n_slots, int n_sm) {
   const int cap = std::max(1, std::min(gemv_max_warps(kQ) / slices, 15));  // barriers 1..15
   int best = 1;

@@ -1384,9 +1384,10 @@ size_t gemv_layout(Q1GemvArgs& a) {
 // against 12.38 µs, 3142.3 -> 3118.8 µs/token); fewer warps than that cost far more (capped
 // at 10 or 12 warps, tg128 221 and 258 against 301). Its third round (32 pairs on 8 CTAs)
 // split between team pairs, one team the gate tile and one the up tile (bit-identical): gate+up
-// 14.94 -> 15.54 µs, tg128 338.3 -> 329.5 (H100, 2026-12-05), though gemv_lab's trace shows
-// that round as the step's tail (its 8 CTAs end ~3 µs after the median CTA); the walk's extra
-// code slowed every other GEMV by 0.2-0.3 µs. Not understood.
+// 14.94 -> 15.54 µs, tg128 338.3 -> 329.5 (H100, 2026-12-05). In gemv_lab it did shorten
+// gate+up's tail (that round's 8 CTAs ended ~3 µs after the median CTA; with the split, 2 µs),
+// but its ~52 instructions in the shared slot loop made every GEMV that never splits 1-9%
+// slower, and the decode lost more than gate+up gained.
 int gemv_teams(int kQ, int slices, int n_slots, int n_sm) {
   const int cap = std::max(1, std::min(gemv_max_warps(kQ) / slices, 15));  // barriers 1..15
   int best = 1;

@@ -18,7 +18,11 @@ found from a probe kernel indexing a local array), marked "in loop" where they l
 innermost loop around the BMMAs (the shortest backward branch spanning them: BRA 0x947, its
 signed word offset from the next instruction in bits 16-23 and 34-63, found from a probe
 kernel with one loop). A spill outside that loop runs once a launch; one inside, every step.
+The loop's bytes are hashed: two builds with the same hash run the same loop, which is worth
+checking before timing a change meant to leave it alone (a change that grew it by 52
+instructions made every GEMV 1-9% slower: bench/RESULTS.md, 2026-12-05).
 """
+import hashlib
 import re
 import struct
 import subprocess
@@ -90,7 +94,9 @@ def main():
         code = data[off:off + size]
         loop = dot_loop(code, found[0][0], found[-1][0])
         if loop:
-            print(f"  dot loop: {loop[0]:#07x}-{loop[1]:#07x} ({(loop[1] - loop[0]) // 16 + 1} instructions)")
+            digest = hashlib.sha1(code[loop[0]:loop[1] + 16]).hexdigest()[:12]
+            print(f"  dot loop: {loop[0]:#07x}-{loop[1]:#07x} "
+                  f"({(loop[1] - loop[0]) // 16 + 1} instructions, sha1 {digest})")
         local = [f"{n} {at:#07x}{' in loop' if loop and loop[0] <= at <= loop[1] else ''}"
                  for at, n in local_accesses(code)]
         print(f"  local memory: {', '.join(local) if local else 'none'}")

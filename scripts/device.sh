@@ -76,7 +76,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used,temperature.gpu --f
 for s in "${steps[@]}"; do
   case "$s" in
     ops) run_step ops "$bin/src/app/gdn" ops ;;
-    # The op checks of some ops only (OPS="attn_prep matmul_fused_q1_0": one gdn ops --op each,
+    # The op checks of some ops only (OPS="attention_prep matmul_fused_q1_0": one gdn ops --op each,
     # each running only the check families it selects).
     opsof) for o in ${OPS:?set OPS to the op names}; do run_step "ops_$o" "$bin/src/app/gdn" ops --op "$o" ${OPS_PERF:+--perf}; done ;;
     profile) run_step profile ncu --clock-control none --cache-control none \

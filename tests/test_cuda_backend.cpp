@@ -112,8 +112,8 @@ TEST(CudaOps, AFilterRunsOnlyTheFamiliesItCanSelect) {
   };
   EXPECT_EQ(selected("").size(), families.size());
   using V = std::vector<std::string>;
-  EXPECT_EQ(selected("attn_prep"), V{"attn_prep"});
-  EXPECT_EQ(selected("att"), (V{"attn_prep", "attention"}));
+  EXPECT_EQ(selected("attention_prep"), (V{"attention", "attention_prep"}));
+  EXPECT_EQ(selected("att"), (V{"attention", "attention_prep"}));
   EXPECT_EQ(selected("matmul_fused_q1_0_bits"), V{"matmul_fused"});
   EXPECT_EQ(selected("matmul_q1_0"), V{"matmul"});
   EXPECT_EQ(selected("matmul"), (V{"matmul", "matmul_fused"}));

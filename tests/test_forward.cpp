@@ -229,7 +229,7 @@ TEST(Program, StepKindsNameTheWorkNotTheLayer) {
             fmt::format("mat_mul_fused attn_qkv+attn_gate+ssm_beta+ssm_alpha q8_0+bf16 {}->{} "
                         "rms_norm/conv_silu silu(attn_gate)",
                         hp.n_embd, n_qkvzba));
-  EXPECT_EQ(kind_of(model::Op::AttnPrep, 0), "attn_prep sigmoid(gate)");
+  EXPECT_EQ(kind_of(model::Op::Attention, 0), "attention +prep sigmoid(gate)");
   EXPECT_EQ(kind_of(model::Op::GdnRecurrence, 0), kind_of(model::Op::GdnRecurrence, 1));
   EXPECT_EQ(kind_of(model::Op::GdnRecurrence, 0),
             "gdn_recurrence state-in-slot state-out-slot +gating +l2norm");
@@ -279,8 +279,8 @@ TEST(Program, ProloguesSayWhatTheyRead) {
 }
 
 // With norm-gemv-fused a decode activates each gate once where it is written (the qkv
-// GEMV's z through SiLU, attn_prep's gate through sigmoid) and the output GEMVs multiply by
-// it (HeadRmsNormMulGate, MulGate); without it, no step does either.
+// GEMV's z through SiLU, the attention prep's gate through sigmoid) and the output GEMVs multiply
+// by it (HeadRmsNormMulGate, MulGate); without it, no step does either.
 TEST(Program, FusedDecodeActivatesEachGateOnce) {
   auto m = tiny(quant::Type::Q8_0);
   const model::Program fused = model::build_forward(m->model, 1, false);
@@ -316,7 +316,7 @@ TEST(Program, FusedDecodeActivatesEachGateOnce) {
 
 // The attention layer's k chain (norm, rope) is marked to run beside the q chain: it reads
 // only the k projection and comes before anything that needs q. With norm-gemv-fused a decode
-// runs both chains, the split and the KV store as one AttnPrep step instead.
+// runs both chains, the split and the KV store inside the attention step instead.
 TEST(Program, TheKChainIsMarkedConcurrent) {
   auto m = tiny(quant::Type::Q8_0);
   const model::Program fused = model::build_forward(m->model, 1, false);
@@ -326,7 +326,7 @@ TEST(Program, TheKChainIsMarkedConcurrent) {
     EXPECT_NE(s.op, model::Op::SplitHeads);
     EXPECT_NE(s.op, model::Op::Rope);
     EXPECT_NE(s.op, model::Op::KvStore);
-    prep += s.op == model::Op::AttnPrep;
+    prep += s.op == model::Op::Attention && s.fuse_prep;
   }
   EXPECT_EQ(prep, m->model.hp.n_attention());
   for (model::Rungs r :

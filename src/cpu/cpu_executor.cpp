@@ -247,8 +247,8 @@ void CpuExecutor::step(const model::Step& s, const model::Program& p, const int3
       kv_store(in(0), in(1), s.layer, slot);
       return;
     case Op::Attention:
-      attention(in(0), layer(slot.k), layer(slot.v), view(p, s.out), hp.n_head, hp.n_head_kv,
-                s.head_dim, slot.n_past);
+      attention(s.fuse_prep ? attn_prep(s, p, slot) : in(0), layer(slot.k), layer(slot.v),
+                view(p, s.out), hp.n_head, hp.n_head_kv, s.head_dim, slot.n_past);
       return;
     case Op::CopyRows: {
       const Rows x = in(0), y = view(p, s.out);
@@ -259,9 +259,6 @@ void CpuExecutor::step(const model::Step& s, const model::Program& p, const int3
     }
     case Op::MatMulFused:
       fused_matmul(s, p, slot);
-      return;
-    case Op::AttnPrep:
-      attn_prep(s, p, slot);
       return;
     case Op::Null:
       return;
@@ -325,20 +322,23 @@ void CpuExecutor::kv_store(Rows k, Rows v, int64_t layer, Slot& slot) {
   }
 }
 
-// AttnPrep composed from the unfused reference ops (what the fused CUDA kernel equals); k is
-// normalised and rotated in a copy, as the fused kernel leaves it untouched.
-void CpuExecutor::attn_prep(const model::Step& s, const model::Program& p, Slot& slot) {
+// Attention's fused prep composed from the unfused reference ops (what the fused CUDA kernel
+// equals): q (returned) and k are normalised and rotated in copies, as the fused kernel leaves
+// both untouched.
+Rows CpuExecutor::attn_prep(const model::Step& s, const model::Program& p, Slot& slot) {
   const model::HParams& hp = model_.hp;
-  const Rows q = view(p, s.out);
+  const Rows qg = view(p, s.in[0]);
+  const Rows q = scratch(tmp_[0], qg.rows, qg.cols / 2);
   const Rows gate = view(p, s.out2);
-  split_heads(view(p, s.in[0]), q, gate, s.head_dim);
+  split_heads(qg, q, gate, s.head_dim);
   if (s.gate_sigmoid) unary(Unary::Sigmoid, gate, gate);
   rms_norm(q, q, s.vec->data(), s.head_dim, s.eps);
   rope(q, s.head_dim, hp.n_rot, hp.rope_theta, slot.n_past);
-  const Rows k = copy_of(view(p, s.in[1]), tmp_[0]);
+  const Rows k = copy_of(view(p, s.in[1]), tmp_[1]);
   rms_norm(k, k, s.vec2->data(), s.head_dim, s.eps);
   rope(k, s.head_dim, hp.n_rot, hp.rope_theta, slot.n_past);
   kv_store(k, view(p, s.in[2]), s.layer, slot);
+  return q;
 }
 
 // MatMulFused composed from the unfused reference ops (what the fused CUDA kernel equals).

@@ -44,7 +44,7 @@ class CpuExecutor : public runtime::Executor {
   const model::Program& program(int64_t n_tokens, bool all_logits);
   void gdn_step(const model::Step& s, const model::Program& p, Slot& slot);
   void fused_matmul(const model::Step& s, const model::Program& p, Slot& slot);
-  void attn_prep(const model::Step& s, const model::Program& p, Slot& slot);
+  Rows attn_prep(const model::Step& s, const model::Program& p, Slot& slot);
   void reserve_kv(Slot& s, int slot, int64_t positions);
   void kv_store(Rows k, Rows v, int64_t layer, Slot& slot);
   void round_state(std::vector<float>& state) const;

@@ -1,6 +1,6 @@
-// The attention layer's position-dependent kernels: rope (NeoX, in place), attn_prep (the
-// layer's split, q/k head norms, rope and KV store in one launch) and causal GQA softmax
-// attention against the slot's KV cache (decode, T = 1, and prefill, T > 1).
+// The attention layer's position-dependent kernels: rope (NeoX, in place) and causal GQA softmax
+// attention against the slot's KV cache (decode, T = 1, and prefill, T > 1), which for one
+// token can first do the layer's split, q/k head norms, rope and KV store (the fused prep).
 //
 // rope — one thread per (row, head, pair), grid-striding. Each thread computes its angle
 // pos·θ^(−2i/n_rot) in double (rope_angle) — pos up to ~10^5 needs more than f32 (an f32
@@ -67,9 +67,9 @@ namespace {
 
 using detail::row_ptr;
 
-constexpr int kMaxHeadDim = 256;  // attention's and attn_prep's largest head
+constexpr int kMaxHeadDim = 256;  // attention's and its prep's largest head
 // The program builder emits AttnPrep only for heads this kernel takes.
-static_assert(model::kMaxAttnPrepHeadDim <= kMaxHeadDim, "attn_prep's head limit");
+static_assert(model::kMaxAttnPrepHeadDim <= kMaxHeadDim, "the prep's head limit");
 
 // ---------------------------------------------------------------------------------------------
 // rope
@@ -77,7 +77,7 @@ static_assert(model::kMaxAttnPrepHeadDim <= kMaxHeadDim, "attn_prep's head limit
 constexpr int kRopeThreads = 256;
 
 // Pair i's rotation for position pos and its application to a head in place (x_i,
-// x_{i+half}): the rope kernel's arithmetic, shared with attn_prep, which computes the angles
+// x_{i+half}): the rope kernel's arithmetic, shared with the fused prep, which computes the angles
 // before its inputs are ready. The products and sums are rounded one by one (__dmul_rn,
 // __dsub_rn, __dadd_rn: never contracted into an FMA), as the CPU computes them, so that every
 // kernel calling these rounds alike whatever the compiler does around them.
@@ -113,93 +113,39 @@ __global__ void __launch_bounds__(kRopeThreads)
 }
 
 // ---------------------------------------------------------------------------------------------
-// attn_prep — the attention layer's per-token preparation in one launch (rung norm-gemv-fused,
-// decode programs), bit-identical to the unfused sequence
+// The fused preparation (attention()'s AttnPrep: rung norm-gemv-fused, one token), bit-identical
+// to the unfused sequence
 //   split_heads(qg → q, gate); rms_norm(q, q_norm, head_dim); rope(q);
 //   rms_norm(k, k_norm, head_dim); rope(k); kv_store(k, v)
-// for these reasons: a warp per (row, head) of q and of k loads the raw head in norm.cuh's
-// canonical tile (lane j: elements j + 32e, one virtual warp: head_dim <= 256) and adds the
+// for these reasons: one warp normalises a head (q, or its kv head's k) from norm.cuh's
+// canonical tile (lane j: elements j + 32e, one virtual warp: head_dim <= 256), adding the
 // squares in that order (norm::head_sum_squares_of_tile, the norm kernel's order for such a
 // chunk); each element becomes (x·scale)·w as in norm_kernel, is staged in shared memory and
-// rotated by rope_angle / rope_rotate (the rope kernel's arithmetic); the heads then go where the
-// unfused steps would leave them: q and the gate to their buffers, k and v to the cache. k itself
-// is only read. With gate_sigmoid the gate is stored as detail::sigmoid(gate), the value
-// binary SigmoidMul multiplies by: attn_output's MulGate prologue then multiplies by it as it is,
-// once per element here instead of in each of its CTAs. Measured (H200, 2026-12-01, Bonsai decode):
-// six dispatches (split 3.06 µs, two rms_norm ~1, two rope 2.18, kv_store 1.64 in the timeline:
-// ~171 µs/token) became one of 6.41 (102.5 µs/token; 4.0 µs alone); tg128 290.0 -> 295.5, 468 ->
-// 388 dispatches/token. With the angles computed before pdl_wait (below): 6.46 -> 4.37 µs a step,
-// tg128 291.8 -> 300.2 in one call.
+// rotated by rope_angle / rope_rotate (the rope kernel's arithmetic). With gate_sigmoid the
+// gate is stored as detail::sigmoid(gate), the value binary SigmoidMul multiplies by: attn_output's
+// MulGate prologue then multiplies by it as it is, once per element here instead of in each of
+// its CTAs. Measured as its own launch (H200, 2026-12-01, Bonsai decode): the six dispatches
+// (split 3.06 µs, two rms_norm ~1, two rope 2.18, kv_store 1.64 in the timeline: ~171
+// µs/token) became one of 6.41 (102.5 µs/token); tg128 290.0 -> 295.5. With the angles computed
+// before pdl_wait: 4.37 µs a step; with the gate loaded beside the head, 3.03 (H100, 2026-12-05:
+// 3.20-3.27). Inside the attention kernel it costs no launch: every CTA prepares its own q head
+// and its kv head's new key and value in shared memory (its key loop reads the new position from
+// there: no other CTA's write needs to be waited for), and one CTA per kv head stores them.
 
-constexpr int kPrepWarps = 4;
+constexpr int kPairsPerLane = kMaxHeadDim / 2 / 32;
 
-struct PrepArgs {
-  // qg [T][H·2D] (per head: q | gate), k, v [T][Hkv·D], q, gate [T][H·D]
-  DevRows qg, k, v, q, gate;
-  const float* q_norm;  // [D]
-  const float* k_norm;  // [D]
-  float* k_cache;       // [n_ctx][Hkv·D]
-  float* v_cache;
-  int n_head, n_head_kv, head_dim, n_rot;
-  float theta, eps;
-  int64_t pos_host;
-  const int32_t* pos_dev;  // if set, the position is read here at run time (graphs)
-  bool gate_sigmoid;
-};
-
-// Before pdl_wait a warp computes its pairs' angles: they depend on the position alone, which
-// the host writes before the launch (or the graph replay) and no kernel writes, so the pow and
-// sincos chain overlaps the previous kernel instead of following the norm.
-__global__ void __launch_bounds__(kPrepWarps * 32) attn_prep_kernel(PrepArgs a) {
-  constexpr int kPairsPerLane = kMaxHeadDim / 2 / 32;
-  __shared__ float head[kPrepWarps][kMaxHeadDim];
-  detail::pdl_launch_dependents();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int heads = a.n_head + a.n_head_kv, D = a.head_dim, half = a.n_rot / 2;
-  const int64_t w = int64_t(blockIdx.x) * kPrepWarps + warp;
-  const bool active = w < a.qg.rows * heads;  // warp-uniform; no barrier spans warps
-  const int64_t t = w / heads;
-  const int h = static_cast<int>(w - t * heads);
-  const int64_t pos = (a.pos_dev ? *a.pos_dev : a.pos_host) + t;
-  RopeAngle angle[kPairsPerLane];
-#pragma unroll
-  for (int k = 0; k < kPairsPerLane; ++k) {
-    const int i = lane + 32 * k;
-    if (active && i < half) angle[k] = rope_angle(i, pos, a.n_rot, a.theta);
-  }
-  detail::pdl_wait();
-  if (!active) return;
-  const bool is_q = h < a.n_head;
-  const int hk = h - a.n_head;
-  const float* src =
-      is_q ? row_ptr(a.qg, t) + int64_t(h) * 2 * D : row_ptr(a.k, t) + int64_t(hk) * D;
-  float* dst;
-  const float* copy_src;  // copied as it is (v), or through sigmoid (the gate, gate_sigmoid)
-  float* copy_dst;
-  if (is_q) {
-    dst = row_ptr(a.q, t) + int64_t(h) * D;
-    copy_src = src + D;  // the gate half of the head
-    copy_dst = row_ptr(a.gate, t) + int64_t(h) * D;
-  } else {
-    const int64_t kv_dim = int64_t(a.n_head_kv) * D, off = pos * kv_dim + int64_t(hk) * D;
-    dst = a.k_cache + off;
-    copy_src = row_ptr(a.v, t) + int64_t(hk) * D;
-    copy_dst = a.v_cache + off;
-  }
-  // The copied head is loaded with the normalised one, so that its loads overlap the norm's
-  // and its sigmoids run side by side (one per element of the lane's tile), not as a
-  // load-sigmoid-store chain per element. Measured (H200, 2026-12-01, gdn bench --timeline,
-  // Bonsai decode): 4.94 -> 3.03 µs a step.
-  const float* norm_w = is_q ? a.q_norm : a.k_norm;
-  float v[norm::kPerThread], c[norm::kPerThread];
+// One warp: head src[0, D) normalised by w into hd (shared memory), then rotated by the angles
+// of the lane's pairs.
+__device__ __forceinline__ void norm_rope_head(const float* src, const float* w, int D, int half,
+                                               float eps, const RopeAngle (&angle)[kPairsPerLane],
+                                               float* hd, int lane) {
+  float v[norm::kPerThread];
   norm::load_tile(src, D, 0, 0, v);
-  norm::load_tile(copy_src, D, 0, 0, c);
-  const float scale = norm::rms_scale(norm::head_sum_squares_of_tile(v), D, a.eps);
-  float* hd = head[warp];
+  const float scale = norm::rms_scale(norm::head_sum_squares_of_tile(v), D, eps);
 #pragma unroll
   for (int e = 0; e < norm::kPerThread; ++e) {
     const int i = e * 32 + lane;
-    if (i < D) hd[i] = v[e] * scale * norm_w[i];  // norm_kernel: (x·scale)·w
+    if (i < D) hd[i] = v[e] * scale * w[i];  // norm_kernel: (x·scale)·w
   }
   __syncwarp();
 #pragma unroll
@@ -208,15 +154,6 @@ __global__ void __launch_bounds__(kPrepWarps * 32) attn_prep_kernel(PrepArgs a) 
     if (i < half) rope_rotate(hd, i, half, angle[k]);
   }
   __syncwarp();
-  const bool sig = is_q && a.gate_sigmoid;
-#pragma unroll
-  for (int e = 0; e < norm::kPerThread; ++e) {
-    const int i = e * 32 + lane;
-    if (i < D) {
-      dst[i] = hd[i];
-      copy_dst[i] = sig ? detail::sigmoid(c[e]) : c[e];
-    }
-  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -229,15 +166,54 @@ constexpr int kMaxSplit = 8;            // CTAs per (t, h): the portable cluster
 constexpr int64_t kMinSplitKeys = 128;  // keys a CTA should get before the keys are split
 
 struct AttnArgs {
-  DevRows q, out;
-  const float* k_cache;
-  const float* v_cache;
+  DevRows q, out;  // q: with prep, the raw qg [1][H·2D] (per head q | gate)
+  float* k_cache;  // written only by the prep
+  float* v_cache;
   int n_head, group, head_dim, kv_dim;
   int64_t pos0;
   const int32_t* pos_dev;  // if set, the position is read here at run time (graphs)
   float scale;             // 1/√D
   CodesOut codes;          // attention()'s codes out (one token)
+  // The fused preparation (one token; null q_norm: none): k, v the raw rows [1][Hkv·D], gate
+  // [1][H·D] written.
+  DevRows k, v, gate;
+  const float* q_norm;
+  const float* k_norm;
+  int n_rot;
+  float theta, eps;
+  bool gate_sigmoid;
 };
+
+// The prep by warps 0-2 of every CTA, before its key loop: q head h (qg: its q | gate) into s_q,
+// the new key and value of kv head kvh into s_k and s_v; with `store` this CTA also writes them
+// to the caches at position own (one CTA per kv head does). Every thread calls it.
+__device__ __forceinline__ void prepare_heads(const AttnArgs& a, const float* qg, int kvh,
+                                              int64_t own, bool store,
+                                              const RopeAngle (&angle)[kPairsPerLane], float* s_q,
+                                              float* s_k, float* s_v) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, D = a.head_dim, half = a.n_rot / 2;
+  const int64_t col = int64_t(kvh) * D, at = own * a.kv_dim + col;
+  if (warp == 0) norm_rope_head(qg, a.q_norm, D, half, a.eps, angle, s_q, lane);
+  if (warp == 1) {
+    norm_rope_head(row_ptr(a.k, 0) + col, a.k_norm, D, half, a.eps, angle, s_k, lane);
+    if (store) {
+      for (int i = lane; i < D; i += 32) a.k_cache[at + i] = s_k[i];
+    }
+  }
+  if (warp == 2) {
+    float v[norm::kPerThread];
+    norm::load_tile(row_ptr(a.v, 0) + col, D, 0, 0, v);
+#pragma unroll
+    for (int e = 0; e < norm::kPerThread; ++e) {
+      const int i = e * 32 + lane;
+      if (i < D) {
+        s_v[i] = v[e];
+        if (store) a.v_cache[at + i] = v[e];
+      }
+    }
+  }
+  __syncthreads();  // the heads in shared memory are complete before any warp reads them
+}
 
 // Merges n partial softmax states (m_i, l_i, o_i): with M = max m_i (finite: some part holds
 // key 0), l = Σ l_i·e^(m_i − M) and o = Σ o_i·e^(m_i − M). A part that saw no key has
@@ -264,6 +240,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a) {
   __shared__ float s_m[kAttnWarps], s_l[kAttnWarps], s_o[kAttnWarps][32 * kDims];
   __shared__ float c_m, c_l, c_o[32 * kDims];  // this CTA's merged partial
   __shared__ float4 s_stage[kMaxHeadDim / 4];  // codes out: p(out) of the head, at stage_pos
+  __shared__ float s_q[kMaxHeadDim], s_k[kMaxHeadDim], s_v[kMaxHeadDim];  // the prep's heads
 
   detail::pdl_launch_dependents();
   const cg::cluster_group cluster = cg::this_cluster();
@@ -278,15 +255,29 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a) {
   const int64_t n_kv = (a.pos_dev ? *a.pos_dev : a.pos0) + t + 1;  // causal: 0 .. pos0 + t
   const float* kb = a.k_cache + int64_t(kvh) * D;
   const float* vb = a.v_cache + int64_t(kvh) * D;
+  // The prep's angles depend on the position alone, which the host writes before the launch
+  // (or the graph replay) and no kernel writes: the pow and sincos chain runs before the wait.
+  const bool prep = a.q_norm != nullptr;
+  const int64_t own = prep ? n_kv - 1 : -1;  // the new key: in s_k / s_v with the prep
+  const int half = a.n_rot / 2;
+  RopeAngle angle[kPairsPerLane];
+  if (prep && warp < 2) {
+#pragma unroll
+    for (int k = 0; k < kPairsPerLane; ++k) {
+      const int i = lane + 32 * k;
+      if (i < half) angle[k] = rope_angle(i, own, a.n_rot, a.theta);
+    }
+  }
   const int64_t step = int64_t(n_split) * kAttnWarps * kBatch;
   const int64_t s_first = (int64_t(rank) * kAttnWarps + warp) * kBatch;
   static_assert(kBatch == 4, "the prefetch's lanes: 4 batches x 4 keys x (K, V)");
   if ((D & 3) == 0) {  // rows of whole 16-byte units (the bulk prefetch's grain)
     // Lane 8j + 2b + kind asks L2 for the K (kind 0) or V row of key b of the warp's batch j:
     // its first four batches, before the wait (the rows of earlier tokens were evicted by the
-    // ~4 GB of weights since). This step's own rows (written by attn_prep) may be asked for
-    // early: L2 is where their writes land, so the hint stays harmless. Measured (H200,
-    // 2026-12-02, gdn bench --timeline at position 17): the attention step 6.66 -> 5.80 µs.
+    // ~4 GB of weights since). This step's own row (written with the prep, or by the unfused
+    // kv_store) may be asked for early: L2 is where its writes land, so the hint stays harmless.
+    // Measured (H200, 2026-12-02, gdn bench --timeline at position 17): the attention step 6.66
+    // -> 5.80 µs.
     const int64_t s = s_first + (lane >> 3) * step + ((lane >> 1) & 3);
     if (s < n_kv) {
       detail::prefetch_l2((lane & 1 ? vb : kb) + s * a.kv_dim, uint32_t(D) * sizeof(float));
@@ -294,15 +285,27 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a) {
   }
   detail::pdl_wait();
 
-  const float* qh = row_ptr(a.q, t) + int64_t(h) * D;
   // Codes out: the first CTA's gate element of its thread, loaded with q so that it arrives in
   // q's round trip; asked for after the merge it was one more round trip on the hand-off's
   // path (at position 17 a head is one CTA: the cluster barrier hides nothing). Measured (H200,
   // 2026-12-02, gdn bench --timeline): the attention step 6.86 -> 5.53 µs, tg128 337.2 / 337.5
   // -> 339.2 / 339.0; 94 registers at kDims = 8 (80 before).
   const bool codes = a.codes.act != nullptr;
-  const float gate =
-      codes && rank == 0 && threadIdx.x < D ? a.codes.gate[int64_t(h) * D + threadIdx.x] : 0.0f;
+  float gate = 0.0f;
+  const float* qh;
+  if (prep) {
+    const float* qg = row_ptr(a.q, 0) + int64_t(h) * 2 * D;
+    if (threadIdx.x < D) {
+      const float g = qg[D + threadIdx.x];
+      gate = a.gate_sigmoid ? detail::sigmoid(g) : g;
+      if (rank == 0) row_ptr(a.gate, 0)[int64_t(h) * D + threadIdx.x] = gate;
+    }
+    prepare_heads(a, qg, kvh, own, rank == 0 && h % a.group == 0, angle, s_q, s_k, s_v);
+    qh = s_q;
+  } else {
+    if (codes && rank == 0 && threadIdx.x < D) gate = a.codes.gate[int64_t(h) * D + threadIdx.x];
+    qh = row_ptr(a.q, t) + int64_t(h) * D;
+  }
   float qr[kDims], o[kDims];
 #pragma unroll
   for (int m = 0; m < kDims; ++m) {
@@ -317,8 +320,8 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a) {
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       const int64_t s = s0 + b;
-      const float* kr = kb + s * a.kv_dim;
-      const float* vr = vb + s * a.kv_dim;
+      const float* kr = s == own ? s_k : kb + s * a.kv_dim;
+      const float* vr = s == own ? s_v : vb + s * a.kv_dim;
       float dot = 0.0f;
 #pragma unroll
       for (int m = 0; m < kDims; ++m) {
@@ -426,79 +429,63 @@ void rope(DevRows x, int64_t head_dim, int64_t n_rot, float theta, Pos pos, cuda
   CUDA_CHECK_LAUNCH();
 }
 
-void attn_prep(const AttnPrep& p, DevRows qg, DevRows k, DevRows v, DevRows q, DevRows gate,
-               Pos pos, cudaStream_t s) {
-  for (const auto& [name, view] : {std::pair{"qg", qg}, std::pair{"k", k}, std::pair{"v", v},
-                                   std::pair{"q", q}, std::pair{"gate", gate}}) {
-    detail::check_view("attn_prep", name, view);
-  }
-  detail::check_same_shape("attn_prep", q, "q", gate, "gate");
-  detail::check_same_shape("attn_prep", k, "k", v, "v");
-  const int64_t D = p.head_dim;
-  if (D < 1 || D > kMaxHeadDim || p.n_rot <= 0 || p.n_rot % 2 != 0 || p.n_rot > D ||
-      q.cols % D != 0 || k.cols % D != 0 || qg.cols != 2 * q.cols || qg.rows != q.rows ||
-      k.rows != q.rows || pos.host < 0 || !(p.theta > 0.0f) || !(p.eps >= 0.0f) ||
-      p.q_norm == nullptr || p.k_norm == nullptr || p.k_cache == nullptr || p.v_cache == nullptr) {
-    fail(
-        "cuda attn_prep: qg [{}x{}] into q, gate [{}x{}], k, v [{}x{}] with head_dim {} (<= {}) "
-        "n_rot {} (even, <= head_dim) theta {} eps {} at position {}",
-        qg.rows, qg.cols, q.rows, q.cols, k.rows, k.cols, D, kMaxHeadDim, p.n_rot, p.theta, p.eps,
-        pos.host);
-  }
-  const int64_t warps = q.rows * (q.cols / D + k.cols / D);
-  if (warps > int64_t(INT32_MAX) * kPrepWarps)
-    fail("cuda attn_prep: {} rows x heads exceed the grid", warps);
-  const PrepArgs a{qg,
-                   k,
-                   v,
-                   q,
-                   gate,
-                   p.q_norm,
-                   p.k_norm,
-                   p.k_cache,
-                   p.v_cache,
-                   static_cast<int>(q.cols / D),
-                   static_cast<int>(k.cols / D),
-                   static_cast<int>(D),
-                   static_cast<int>(p.n_rot),
-                   p.theta,
-                   p.eps,
-                   pos.host,
-                   pos.device,
-                   p.gate_sigmoid};
-  detail::launch(&attn_prep_kernel, detail::ceil_div(warps, kPrepWarps), kPrepWarps * 32, 0, true,
-                 s, a);
-  CUDA_CHECK_LAUNCH();
-}
-
 bool attn_codes_out_ok(int64_t head_dim) {
   return head_dim % 128 == 0 && head_dim <= kMaxHeadDim;
 }
 
-void attention(DevRows q, const float* k_cache, const float* v_cache, DevRows out, int64_t n_head,
-               int64_t n_head_kv, int64_t head_dim, Pos pos, cudaStream_t s,
-               const CodesOut& codes) {
+namespace {
+
+// The prep's operands: one token, qg twice out's width, k and v one row of the caches' width,
+// a gate like out, the norms, and a rotation that fits the head.
+void check_prep(const AttnPrep& p, DevRows q, DevRows out, int64_t kv_dim, int64_t head_dim) {
+  for (const auto& [name, view] :
+       {std::pair{"k", p.k}, std::pair{"v", p.v}, std::pair{"gate", p.gate}}) {
+    detail::check_view("attention prep", name, view);
+  }
+  detail::check_same_shape("attention prep", p.k, "k", p.v, "v");
+  detail::check_same_shape("attention prep", p.gate, "gate", out, "out");
+  if (q.rows != 1 || q.cols != 2 * out.cols || p.k.cols != kv_dim || p.n_rot <= 0 ||
+      p.n_rot % 2 != 0 || p.n_rot > head_dim || !(p.theta > 0.0f) || !(p.eps >= 0.0f) ||
+      p.q_norm == nullptr || p.k_norm == nullptr) {
+    fail(
+        "cuda attention prep: one token of qg [{}x{}] (2x out's {} columns), k, v [{}x{}] ({} "
+        "columns), n_rot {} (even, <= head_dim {}), theta {}, eps {}, both norms set",
+        q.rows, q.cols, out.cols, p.k.rows, p.k.cols, kv_dim, p.n_rot, head_dim, p.theta, p.eps);
+  }
+}
+
+}  // namespace
+
+void attention(DevRows q, float* k_cache, float* v_cache, DevRows out, int64_t n_head,
+               int64_t n_head_kv, int64_t head_dim, Pos pos, cudaStream_t s, const CodesOut& codes,
+               const AttnPrep* prep) {
   // The split is sized by pos.plan() (the bound when given); CTAs whose share of keys is
   // empty merge as empty parts.
   const int64_t pos0 = pos.host;
   detail::check_view("attention", "q", q);
   detail::check_view("attention", "out", out);
-  detail::check_same_shape("attention", q, "q", out, "out");
+  if (prep) {
+    check_prep(*prep, q, out, n_head_kv * head_dim, head_dim);
+  } else {
+    detail::check_same_shape("attention", q, "q", out, "out");
+  }
   if (n_head < 1 || n_head_kv < 1 || n_head % n_head_kv != 0 || head_dim < 1 ||
-      head_dim > kMaxHeadDim || q.cols != n_head * head_dim || pos0 < 0 || k_cache == nullptr ||
-      v_cache == nullptr || q.rows * n_head > INT32_MAX) {
+      head_dim > kMaxHeadDim || out.cols != n_head * head_dim || pos0 < 0 || k_cache == nullptr ||
+      v_cache == nullptr || out.rows * n_head > INT32_MAX) {
     fail(
-        "cuda attention: q, out [{}x{}] with H {} Hkv {} D {} (D <= {}, H a multiple of Hkv) "
+        "cuda attention: out [{}x{}] with H {} Hkv {} D {} (D <= {}, H a multiple of Hkv) "
         "at position {}",
-        q.rows, q.cols, n_head, n_head_kv, head_dim, kMaxHeadDim, pos0);
+        out.rows, out.cols, n_head, n_head_kv, head_dim, kMaxHeadDim, pos0);
   }
   if (codes.act != nullptr && (!attn_codes_out_ok(head_dim) || q.rows != 1 ||
-                               codes.meta == nullptr || codes.gate == nullptr)) {
+                               codes.meta == nullptr || (codes.gate == nullptr && !prep))) {
     fail(
         "cuda attention: codes out need one token (got {}), D a multiple of 128 up to {} (got "
         "{}), meta and gate set",
         q.rows, kMaxHeadDim, head_dim);
   }
+  const AttnPrep none{};
+  const AttnPrep& p = prep ? *prep : none;
   const AttnArgs a{q,
                    out,
                    k_cache,
@@ -510,18 +497,27 @@ void attention(DevRows q, const float* k_cache, const float* v_cache, DevRows ou
                    pos0,
                    pos.device,
                    static_cast<float>(1.0 / std::sqrt(double(head_dim))),
-                   codes};
+                   codes,
+                   p.k,
+                   p.v,
+                   p.gate,
+                   p.q_norm,
+                   p.k_norm,
+                   static_cast<int>(p.n_rot),
+                   p.theta,
+                   p.eps,
+                   p.gate_sigmoid};
   // The key split: doubled while the grid is under two CTAs per SM and every CTA keeps at
   // least kMinSplitKeys of the longest row's keys.
-  const int64_t pairs = q.rows * n_head, max_kv = pos.plan() + q.rows;
+  const int64_t pairs = out.rows * n_head, max_kv = pos.plan() + out.rows;
   const int64_t min_ctas = 2 * int64_t(sm_count());
   int split = 1;
   while (split < kMaxSplit && pairs * split < min_ctas && max_kv >= 2 * split * kMinSplitKeys) {
     split *= 2;
   }
   if (pairs * split > INT32_MAX)
-    fail("cuda attention: {} rows x {} heads exceed the grid", q.rows, n_head);
-  launch_attention<1>(a, q.rows, split, s);
+    fail("cuda attention: {} rows x {} heads exceed the grid", out.rows, n_head);
+  launch_attention<1>(a, out.rows, split, s);
   CUDA_CHECK_LAUNCH();
 }
 

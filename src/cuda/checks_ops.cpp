@@ -32,7 +32,7 @@
 //                                                      glibc's: a few ulp (≲ 5e-7) per element
 //   rope                                        1e-6   double angle and rotation, rounded
 //                                                      once: ≤ 1 ulp (6e-8) expected
-//   attn_prep (against the CPU)                 5e-6   rms_norm's then rope's (the rotation
+//   attention_prep's new rows (vs the CPU)      5e-6   rms_norm's then rope's (the rotation
 //                                                      keeps the head's norm); against the
 //                                                      unfused kernels: 0 (bit for bit)
 //   rms_norm, l2_norm                           4e-6   f32 sum of squares, ≲ 1e-6 (norm.cu)
@@ -1322,100 +1322,6 @@ void check_rope(Context& ctx, std::vector<Result>& out) {
   }
 }
 
-// attn_prep (rung norm-gemv-fused) bit for bit against the six unfused kernels it replaces
-// (q, gate and both caches; k untouched), and against the CPU's composition of the same ops
-// (the norm's and the rope's tolerances added: the rotation keeps a head's norm).
-void check_attn_prep(Context& ctx, std::vector<Result>& out) {
-  struct Case {
-    int64_t T, H, Hkv, D, n_rot, pos0;
-    bool device_pos, perf;
-    const char* what;
-    bool gate_sigmoid = false;  // the gate stored through sigmoid (AttnPrep::gate_sigmoid)
-  };
-  const Case cases[] = {
-      {1, 24, 4, 256, 64, 37, false, true, "bonsai"},
-      {1, 24, 4, 256, 64, 5, true, false, "bonsai, position in device memory (graphs)"},
-      {3, 4, 2, 64, 16, 3, false, false, "tiny prefill"},
-      {2, 3, 1, 77, 10, 1, false, false, "odd"},
-      {1, 2, 2, 256, 256, 9, false, false, "full rotation"},
-      {2, 1, 1, 2, 2, 0, true, false, "one pair"},
-      {1, 24, 4, 256, 64, 37, false, true, "bonsai, sigmoid(gate)", true},
-      {2, 3, 1, 77, 10, 1, true, false, "odd, sigmoid(gate)", true},
-  };
-  constexpr float kTheta = 1e7f;
-  for (const Case& c : cases) {
-    const int64_t qd = c.H * c.D, kv_dim = c.Hkv * c.D, n_ctx = c.pos0 + c.T + 2;
-    const std::string shape = fmt::format("T={} H={} Hkv={} D={} n_rot={} pos0={} {}", c.T, c.H,
-                                          c.Hkv, c.D, c.n_rot, c.pos0, c.what);
-    Buf qg(ctx, c.T, 2 * qd), k(ctx, c.T, kv_dim, 1, 1), v(ctx, c.T, kv_dim, 0, 2);
-    Buf qn(ctx, 1, c.D, 0, 0, 0.5f, 1.5f), kn(ctx, 1, c.D, 0, 0, 0.5f, 1.5f);
-    Buf q(ctx, c.T, qd), gate(ctx, c.T, qd), kc(ctx, n_ctx, kv_dim), vc(ctx, n_ctx, kv_dim);
-    Buf qu(ctx, c.T, qd), gu(ctx, c.T, qd), ku(ctx, c.T, kv_dim, 1, 1), kcu(ctx, n_ctx, kv_dim),
-        vcu(ctx, n_ctx, kv_dim);
-    ku.copy_from(k);
-    kcu.copy_from(kc);
-    vcu.copy_from(vc);
-    for (Buf* b : {&q, &gate, &qu, &gu}) b->poison();
-    // The cache rows to be written are poisoned on the device; the others must keep their values.
-    for (Buf* b : {&kc, &vc, &kcu, &vcu}) {
-      CUDA_CHECK(cudaMemsetAsync(b->dev_data() + c.pos0 * kv_dim, 0xFF,
-                                 size_t(c.T * kv_dim) * sizeof(float), ctx.stream()));
-    }
-    DeviceBuffer pos_dev(sizeof(int32_t));
-    const int32_t pos32 = static_cast<int32_t>(c.pos0);
-    CUDA_CHECK(
-        cudaMemcpyAsync(pos_dev.get(), &pos32, sizeof pos32, cudaMemcpyHostToDevice, ctx.stream()));
-    const int64_t bound = n_ctx - c.T;
-    const Pos pos = c.device_pos ? Pos(bound, bound, pos_dev.as<int32_t>()) : Pos(c.pos0);
-
-    split_heads(qg.dev(), qu.dev(), gu.dev(), c.D, ctx.stream());
-    if (c.gate_sigmoid) unary(cpu::Unary::Sigmoid, gu.dev(), gu.dev(), ctx.stream());
-    rms_norm(qu.dev(), qu.dev(), qn.dev_data(), c.D, kEps, ctx.stream());
-    rope(qu.dev(), c.D, c.n_rot, kTheta, pos, ctx.stream());
-    rms_norm(ku.dev(), ku.dev(), kn.dev_data(), c.D, kEps, ctx.stream());
-    rope(ku.dev(), c.D, c.n_rot, kTheta, pos, ctx.stream());
-    kv_store(ku.dev(), v.dev(), kcu.dev_data(), vcu.dev_data(), kv_dim, pos, ctx.stream());
-    const AttnPrep p{qn.dev_data(), kn.dev_data(), kc.dev_data(), vc.dev_data(), c.D,
-                     c.n_rot,       kTheta,        kEps,          c.gate_sigmoid};
-    const auto run = [&] {
-      attn_prep(p, qg.dev(), k.dev(), v.dev(), q.dev(), gate.dev(), pos, ctx.stream());
-    };
-    run();
-
-    const std::string bits = shape + ": bitwise vs unfused";
-    Result r = bitwise("attn_prep", bits + " (q)", q.device_view(), qu.device_view());
-    also(r, bitwise("attn_prep", bits + " (gate)", gate.device_view(), gu.device_view()));
-    also(r, bitwise("attn_prep", bits + " (k cache)", kc.device_view(), kcu.device_view()));
-    also(r, bitwise("attn_prep", bits + " (v cache)", vc.device_view(), vcu.device_view()));
-    also(r, k.check("attn_prep", shape + ": k untouched", kTolExact));
-
-    cpu::split_heads(qg.host(), q.host(), gate.host(), c.D);
-    if (c.gate_sigmoid) cpu::unary(cpu::Unary::Sigmoid, gate.host(), gate.host());
-    cpu::rms_norm(q.host(), q.host(), qn.host_data(), c.D, kEps);
-    cpu::rope(q.host(), c.D, c.n_rot, kTheta, c.pos0);
-    std::vector<float> k_ref;
-    cpu::Rows kr = k.host();
-    for (int64_t t = 0; t < c.T; ++t) k_ref.insert(k_ref.end(), kr.row(t), kr.row(t) + kv_dim);
-    const cpu::Rows kh{k_ref.data(), c.T, kv_dim, kv_dim}, vh = v.host();
-    cpu::rms_norm(kh, kh, kn.host_data(), c.D, kEps);
-    cpu::rope(kh, c.D, c.n_rot, kTheta, c.pos0);
-    for (int64_t t = 0; t < c.T; ++t) {
-      std::copy_n(kh.row(t), kv_dim, kc.host_data() + (c.pos0 + t) * kv_dim);
-      std::copy_n(vh.row(t), kv_dim, vc.host_data() + (c.pos0 + t) * kv_dim);
-    }
-    Result cpu_r = q.check("attn_prep", shape + ": q vs CPU", kTolNorm + kTolRope);
-    also(cpu_r, gate.check("attn_prep", shape + ": gate vs CPU",
-                           c.gate_sigmoid ? kTolActivation : kTolExact));
-    also(cpu_r, kc.check("attn_prep", shape + ": k cache vs CPU", kTolNorm + kTolRope));
-    also(cpu_r, vc.check("attn_prep", shape + ": v cache vs CPU", kTolExact));
-    if (c.perf) {
-      timed(ctx, cpu_r, 4.0 * double(c.T * (2 * qd + 2 * kv_dim)) * 4, [&](int) { run(); });
-    }
-    out.push_back(r);
-    out.push_back(cpu_r);
-  }
-}
-
 void check_attention(Context& ctx, std::vector<Result>& out) {
   struct Case {
     int64_t T, H, Hkv, D, pos0, off;
@@ -1481,6 +1387,150 @@ void check_attention(Context& ctx, std::vector<Result>& out) {
   }
 }
 
+// attention with its fused prep (rung norm-gemv-fused, one token) bit for bit against the seven
+// unfused kernels it replaces (split_heads, [sigmoid], rms_norm and rope of q and of k,
+// kv_store, attention): out, the gate and both caches, with qg, k and v untouched. Against the
+// CPU, each part with its own tolerance: the new cache rows and the gate against the CPU's
+// composition of the same ops (the norm's and the rope's tolerances added: the rotation keeps a
+// head's norm), and out against the CPU's attention of the unfused kernels' q over the caches
+// as the GPU left them (the attention's tolerance). Cache rows past the position hold NaN: a
+// key read from there poisons out.
+void check_attention_prep(Context& ctx, std::vector<Result>& out) {
+  struct Case {
+    int64_t H, Hkv, D, n_rot, pos0;
+    bool device_pos, perf, gate_sigmoid;
+    const char* what;
+  };
+  const Case cases[] = {
+      {24, 4, 256, 64, 37, false, true, true, "bonsai"},
+      {24, 4, 256, 64, 5, true, false, true, "bonsai, position in device memory (graphs)"},
+      {24, 4, 256, 64, 0, false, false, false, "bonsai, first token, gate as it is"},
+      {2, 1, 64, 16, 3000, false, false, true, "long context: the new key in CTA 5 of 8"},
+      {3, 1, 77, 10, 1, true, false, true, "odd"},
+      {2, 2, 256, 256, 9, false, false, false, "full rotation"},
+      {1, 1, 2, 2, 0, true, false, true, "one pair"},
+  };
+  constexpr float kTheta = 1e7f;
+  for (const Case& c : cases) {
+    const int64_t qd = c.H * c.D, kv_dim = c.Hkv * c.D, n_ctx = c.pos0 + 3;
+    const std::string shape = fmt::format("H={} Hkv={} D={} n_rot={} pos0={} {}", c.H, c.Hkv, c.D,
+                                          c.n_rot, c.pos0, c.what);
+    Buf qg(ctx, 1, 2 * qd), k(ctx, 1, kv_dim, 1, 1), v(ctx, 1, kv_dim, 0, 2);
+    Buf qn(ctx, 1, c.D, 0, 0, 0.5f, 1.5f), kn(ctx, 1, c.D, 0, 0, 0.5f, 1.5f);
+    Buf o(ctx, 1, qd), gate(ctx, 1, qd), kc(ctx, n_ctx, kv_dim), vc(ctx, n_ctx, kv_dim);
+    Buf qu(ctx, 1, qd), ou(ctx, 1, qd), gu(ctx, 1, qd), ku(ctx, 1, kv_dim, 1, 1);
+    // The new row poisoned (the kernel must write it), the rows after it NaN for good.
+    for (Buf* b : {&kc, &vc}) {
+      std::fill(b->host_data() + c.pos0 * kv_dim, b->host_data() + n_ctx * kv_dim, kPoison);
+      b->upload();
+    }
+    Buf kcu(ctx, n_ctx, kv_dim), vcu(ctx, n_ctx, kv_dim);
+    kcu.copy_from(kc);
+    vcu.copy_from(vc);
+    ku.copy_from(k);
+    for (Buf* b : {&o, &gate, &qu, &ou, &gu}) b->poison();
+    DeviceBuffer pos_dev(sizeof(int32_t));
+    const int32_t pos32 = static_cast<int32_t>(c.pos0);
+    CUDA_CHECK(
+        cudaMemcpyAsync(pos_dev.get(), &pos32, sizeof pos32, cudaMemcpyHostToDevice, ctx.stream()));
+    const int64_t bound = n_ctx - 1;
+    const Pos pos = c.device_pos ? Pos(bound, bound, pos_dev.as<int32_t>()) : Pos(c.pos0);
+
+    split_heads(qg.dev(), qu.dev(), gu.dev(), c.D, ctx.stream());
+    if (c.gate_sigmoid) unary(cpu::Unary::Sigmoid, gu.dev(), gu.dev(), ctx.stream());
+    rms_norm(qu.dev(), qu.dev(), qn.dev_data(), c.D, kEps, ctx.stream());
+    rope(qu.dev(), c.D, c.n_rot, kTheta, pos, ctx.stream());
+    rms_norm(ku.dev(), ku.dev(), kn.dev_data(), c.D, kEps, ctx.stream());
+    rope(ku.dev(), c.D, c.n_rot, kTheta, pos, ctx.stream());
+    kv_store(ku.dev(), v.dev(), kcu.dev_data(), vcu.dev_data(), kv_dim, pos, ctx.stream());
+    // Codes out where the head allows them: the fused gate must reach the codes as the unfused
+    // gate buffer does.
+    const bool codes = attn_codes_out_ok(c.D);
+    const size_t blocks = static_cast<size_t>(std::max<int64_t>(qd / 128, 1));
+    DeviceBuffer act(blocks * 128), meta(blocks * 8), act_u(blocks * 128), meta_u(blocks * 8);
+    for (const DeviceBuffer* b : {&act, &meta, &act_u, &meta_u}) {
+      CUDA_CHECK(cudaMemsetAsync(b->get(), 0xFF, b->bytes(), ctx.stream()));
+    }
+    const CodesOut codes_u = codes ? CodesOut{act_u.as<uint32_t>(), meta_u.get(), gu.dev_data()}
+                                   : CodesOut{},
+                   codes_f = codes ? CodesOut{act.as<uint32_t>(), meta.get()} : CodesOut{};
+    attention(qu.dev(), kcu.dev_data(), vcu.dev_data(), ou.dev(), c.H, c.Hkv, c.D, pos,
+              ctx.stream(), codes_u);
+    const AttnPrep prep{.k = k.dev(),
+                        .v = v.dev(),
+                        .gate = gate.dev(),
+                        .q_norm = qn.dev_data(),
+                        .k_norm = kn.dev_data(),
+                        .n_rot = c.n_rot,
+                        .theta = kTheta,
+                        .eps = kEps,
+                        .gate_sigmoid = c.gate_sigmoid};
+    const auto run = [&](float* k_cache, float* v_cache) {
+      attention(qg.dev(), k_cache, v_cache, o.dev(), c.H, c.Hkv, c.D, pos, ctx.stream(), codes_f,
+                &prep);
+    };
+    run(kc.dev_data(), vc.dev_data());
+
+    const std::string bits = shape + ": bitwise vs unfused";
+    Result r = bitwise("attention_prep", bits + " (out)", o.device_view(), ou.device_view());
+    also(r, bitwise("attention_prep", bits + " (gate)", gate.device_view(), gu.device_view()));
+    also(r, bitwise("attention_prep", bits + " (k cache)", kc.device_view(), kcu.device_view()));
+    also(r, bitwise("attention_prep", bits + " (v cache)", vc.device_view(), vcu.device_view()));
+    for (Buf* b : {&qg, &k, &v})
+      also(r, b->check("attention_prep", shape + ": input untouched", 0));
+    if (codes) {
+      const auto bytes_of = [&](const DeviceBuffer& b) {
+        std::vector<uint8_t> h(b.bytes());
+        CUDA_CHECK(
+            cudaMemcpyAsync(h.data(), b.get(), h.size(), cudaMemcpyDeviceToHost, ctx.stream()));
+        sync(ctx);
+        return h;
+      };
+      for (const auto& [what, got, want] :
+           {std::tuple{" (codes)", &act, &act_u}, std::tuple{" (code scales)", &meta, &meta_u}}) {
+        const std::vector<uint8_t> g = bytes_of(*got), w = bytes_of(*want);
+        also(r, bitwise("attention_prep", bits + what, g.data(), w.data(), g.size(), 1));
+      }
+    }
+
+    // The CPU's prep of q, the gate and the new key, and its attention as described above.
+    cpu::Rows q_ref = qu.host();
+    cpu::split_heads(qg.host(), q_ref, gate.host(), c.D);
+    if (c.gate_sigmoid) cpu::unary(cpu::Unary::Sigmoid, gate.host(), gate.host());
+    cpu::rms_norm(q_ref, q_ref, qn.host_data(), c.D, kEps);
+    cpu::rope(q_ref, c.D, c.n_rot, kTheta, c.pos0);
+    cpu::Rows k_ref = ku.host();
+    cpu::rms_norm(k_ref, k_ref, kn.host_data(), c.D, kEps);
+    cpu::rope(k_ref, c.D, c.n_rot, kTheta, c.pos0);
+    const std::vector<float> k_got = kc.device_view(), v_got = vc.device_view();
+    const auto row = [&](const std::vector<float>& cache) {
+      const auto first = cache.begin() + c.pos0 * kv_dim;
+      return std::vector<float>(first, first + kv_dim);
+    };
+    const auto row_of = [&](cpu::Rows x) {
+      return std::vector<float>(x.row(0), x.row(0) + x.cols);
+    };
+    Result cpu_r = qu.check("attention_prep", shape + ": unfused q vs CPU", kTolNorm + kTolRope);
+    also(cpu_r, compare("attention_prep", shape + ": k cache row vs CPU", row(k_got), row_of(k_ref),
+                        kTolNorm + kTolRope));
+    also(cpu_r, compare("attention_prep", shape + ": v cache row vs CPU", row(v_got),
+                        row_of(v.host()), kTolExact));
+    also(cpu_r, gate.check("attention_prep", shape + ": gate vs CPU",
+                           c.gate_sigmoid ? kTolActivation : kTolExact));
+    std::vector<float> q_got = qu.device_view();
+    const cpu::Rows q_gpu{q_got.data(), 1, qd, qd};
+    cpu::attention(q_gpu, k_got.data(), v_got.data(), o.host(), c.H, c.Hkv, c.D, c.pos0);
+    also(cpu_r, o.check("attention_prep", shape + ": out vs CPU attention", kTolAttention));
+    if (c.perf) {
+      const double bytes =
+          4.0 * double(2 * qd + 2 * kv_dim + qd + qd) + 8.0 * double((c.pos0 + 1) * kv_dim);
+      timed(ctx, cpu_r, bytes, [&](int) { run(kc.dev_data(), vc.dev_data()); });
+    }
+    out.push_back(r);
+    out.push_back(cpu_r);
+  }
+}
+
 }  // namespace
 
 std::vector<Family> ops_families() {
@@ -1499,8 +1549,8 @@ std::vector<Family> ops_families() {
       {"conv", check_conv, {"conv_step"}},
       {"gdn", check_gdn, {"gdn_recurrence"}},
       {"rope", check_rope, {"rope"}},
-      {"attn_prep", check_attn_prep, {"attn_prep"}},
       {"attention", check_attention, {"attention"}},
+      {"attention_prep", check_attention_prep, {"attention_prep"}},
   };
 }
 

@@ -427,30 +427,30 @@ int CudaExecutor::launch(const model::Step& s, ProgramMem& pm, std::span<const i
       kv_store(in(0), in(1), layer(slot.k), layer(slot.v), hp.kv_dim(), position(slot, in(0).rows),
                st);
       return 1;
-    case Op::Attention:
+    case Op::Attention: {
+      AttnPrep prep;  // the operands exist only with fuse_prep
+      if (s.fuse_prep) {
+        prep = {.k = in(1),
+                .v = in(2),
+                .gate = view(pm, s.out2),
+                .q_norm = vec(s.vec),
+                .k_norm = vec(s.vec2),
+                .n_rot = hp.n_rot,
+                .theta = hp.rope_theta,
+                .eps = s.eps,
+                .gate_sigmoid = s.gate_sigmoid};
+      }
       attention(in(0), layer(slot.k), layer(slot.v), out(), hp.n_head, hp.n_head_kv, s.head_dim,
-                position(slot, in(0).rows), st,
-                codes_out_for(s, pm, model::Prologue::MulGate, attn_codes_out_ok(s.head_dim)));
+                position(slot, out().rows), st,
+                codes_out_for(s, pm, model::Prologue::MulGate, attn_codes_out_ok(s.head_dim)),
+                s.fuse_prep ? &prep : nullptr);
       return 1;
+    }
     case Op::CopyRows:
       copy_rows(in(0), s.row0, out(), st);
       return 1;
     case Op::MatMulFused:
       return fused_matmul(s, pm, slot);
-    case Op::AttnPrep: {
-      const DevRows qg = in(0);
-      attn_prep({.q_norm = vec(s.vec),
-                 .k_norm = vec(s.vec2),
-                 .k_cache = layer(slot.k),
-                 .v_cache = layer(slot.v),
-                 .head_dim = s.head_dim,
-                 .n_rot = hp.n_rot,
-                 .theta = hp.rope_theta,
-                 .eps = s.eps,
-                 .gate_sigmoid = s.gate_sigmoid},
-                qg, in(1), in(2), out(), view(pm, s.out2), position(slot, qg.rows), st);
-      return 1;
-    }
     case Op::Null:
       empty_kernel(st);
       return 1;

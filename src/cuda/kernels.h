@@ -182,31 +182,30 @@ bool gdn_codes_out_ok(int64_t n_v_heads, int64_t d);
 // NeoX RoPE in place on the first n_rot dims of every head of x, row t at position pos0 + t.
 void rope(DevRows x, int64_t head_dim, int64_t n_rot, float theta, Pos pos0, cudaStream_t s);
 
-// The attention layer's per-token preparation in one launch (rung norm-gemv-fused, decode):
-// bit-identical to split_heads(qg → q, gate); rms_norm(q, q_norm, head_dim); rope(q);
-// rms_norm(k, k_norm, head_dim); rope(k); kv_store(k, v) (rope of row t at pos0 + t). qg
-// [T][H·2D] holds per head q | gate; k, v [T][Hkv·D] (k is read, not written); q, gate
-// [T][H·D]; caches [n_ctx][Hkv·D]. head_dim <= 256. The caller guarantees pos0 + T <= n_ctx.
+// attention()'s fused preparation (rung norm-gemv-fused, one token): q holds the raw qg
+// [1][H·2D] (per head q | gate), and the kernel first does what split_heads(qg → q, gate);
+// rms_norm(q, q_norm, head_dim); rope(q); rms_norm(k, k_norm, head_dim); rope(k);
+// kv_store(k, v) would, bit for bit (q is not stored, k and v are only read).
 struct AttnPrep {
-  const float* q_norm;  // [head_dim]
-  const float* k_norm;  // [head_dim]
-  float* k_cache;
-  float* v_cache;
-  int64_t head_dim, n_rot;
-  float theta, eps;
+  DevRows k, v;                   // [1][Hkv·D]
+  DevRows gate;                   // [1][H·D], written
+  const float* q_norm = nullptr;  // [head_dim]
+  const float* k_norm = nullptr;  // [head_dim]
+  int64_t n_rot = 0;
+  float theta = 0.0f, eps = 0.0f;
   bool gate_sigmoid = false;  // gate = sigmoid(the gate half), as binary SigmoidMul applies it
 };
-void attn_prep(const AttnPrep& p, DevRows qg, DevRows k, DevRows v, DevRows q, DevRows gate,
-               Pos pos0, cudaStream_t s);
 
 // Causal GQA attention of T query rows at positions pos0.. against caches holding positions
 // [0, pos0 + T): q, out [T][H·D], caches [n_ctx][Hkv·D]; query head h reads kv head
 // h / (H / Hkv). D <= 256. The caller guarantees pos0 + T <= n_ctx.
 // codes (attn_codes_out_ok: one token, D a multiple of 128): also p(out) = out·gate [H·D],
-// attn_output's MulGate prologue, quantised into H·D/128 blocks of codes (CodesOut).
-void attention(DevRows q, const float* k_cache, const float* v_cache, DevRows out, int64_t n_head,
+// attn_output's MulGate prologue, quantised into H·D/128 blocks of codes (CodesOut; with prep
+// the gate is the prep's).
+// prep: the new position's key and value are computed here and stored (AttnPrep).
+void attention(DevRows q, float* k_cache, float* v_cache, DevRows out, int64_t n_head,
                int64_t n_head_kv, int64_t head_dim, Pos pos0, cudaStream_t s,
-               const CodesOut& codes = {});
+               const CodesOut& codes = {}, const AttnPrep* prep = nullptr);
 bool attn_codes_out_ok(int64_t head_dim);
 
 }  // namespace gdn::cuda

@@ -393,7 +393,7 @@ void chunked_matmul(const GpuMatrix& w, const float* x, int64_t ldx, float* y, i
 //     detail::sigmoid(gate): elementwise.cu's SiluMul / SigmoidMul functors, `x * silu(g)`.
 //   HeadRmsNormMulGate / MulGate multiply by the gate as it is (the Mul functor, `x * g`): on
 //     a gate stored as detail::silu(z) / detail::sigmoid(g) (the epilogue's silu_mat,
-//     attn_prep's gate_sigmoid) that is the same float product.
+//     attention's fused prep with gate_sigmoid) that is the same float product.
 // Elements past n_in are staged as 0.
 
 struct PrologueArgs {

@@ -53,7 +53,7 @@ inline bool epilogue_per_matrix(Epilogue e) {
 // The fused conv epilogue holds a channel's taps in registers: up to this kernel size (the
 // qwen35 models use 4). A larger conv stays a ConvStep of its own.
 inline constexpr int kMaxFusedConvKernel = 4;
-// The attention layer's fused preparation (AttnPrep) normalises a head with one warp: up to
+// The attention layer's fused preparation (Step::fuse_prep) normalises a head with one warp: up to
 // this head size (the qwen35 models use 256). A larger head keeps the six unfused steps.
 inline constexpr int64_t kMaxAttnPrepHeadDim = 256;
 

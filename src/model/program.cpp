@@ -59,8 +59,6 @@ const char* op_name(Op op) {
       return "conv_save";
     case Op::MatMulFused:
       return "mat_mul_fused";
-    case Op::AttnPrep:
-      return "attn_prep";
     case Op::Null:
       return "null";
   }
@@ -94,6 +92,7 @@ std::string step_flags(const Step& s) {
                      s.fuse_l2norm ? " +l2norm" : "");
   }
   if (s.fuse_silu) f += " +silu";
+  if (s.fuse_prep) f += " +prep";
   if (s.silu_mat >= 0 && s.mats[static_cast<size_t>(s.silu_mat)]) {
     f += fmt::format(" silu({})", matrix_role(s.mats[static_cast<size_t>(s.silu_mat)]->name));
   }
@@ -266,14 +265,16 @@ class Builder {
     const std::array<View, 4> proj =
         project(h, L.attn_norm, {&A.q, &A.k, &A.v}, {"q_gate", "k", "v"});
     const View qg = proj[0], k = proj[1], v = proj[2];
-    const View q = buf("q", hp_.q_dim()), gate = buf("attn_gate", hp_.q_dim());
-    // AttnPrep stores sigmoid(gate), which attn_output's prologue multiplies by (MulGate).
-    // Measured (H200, 2026-12-01, timeline): attn_output 7.22 -> 6.62 µs, attn_prep 4.49 ->
-    // 4.94, then 3.03 once it loaded the gate with the normalised head (attention.cu).
+    const View gate = buf("attn_gate", hp_.q_dim());
+    // The fused prep stores sigmoid(gate), which attn_output's prologue multiplies by
+    // (MulGate). Measured (H200, 2026-12-01, timeline): attn_output 7.22 -> 6.62 µs, the prep
+    // (then its own step) 4.49 -> 4.94, then 3.03 once it loaded the gate with the normalised
+    // head (attention.cu).
     const bool prep = fused_gemv_ && D <= kMaxAttnPrepHeadDim;
+    const View att = buf("attn_out", hp_.q_dim());
     if (prep) {
-      emit({.op = Op::AttnPrep,
-            .out = q,
+      emit({.op = Op::Attention,
+            .out = att,
             .in = {qg, k, v},
             .out2 = gate,
             .vec = &A.q_norm,
@@ -281,17 +282,18 @@ class Builder {
             .layer = il,
             .head_dim = D,
             .eps = hp_.rms_eps,
+            .fuse_prep = true,
             .gate_sigmoid = true});
     } else {
+      const View q = buf("q", hp_.q_dim());
       unfused_attn_prep(A, il, qg, k, v, q, gate);
+      emit({.op = Op::Attention, .out = att, .in = {q}, .layer = il, .head_dim = D});
     }
-    const View att = buf("attn_out", hp_.q_dim());
-    emit({.op = Op::Attention, .out = att, .in = {q}, .layer = il, .head_dim = D});
     output_projection(A.o, att, h,
                       {.prologue = prep ? Prologue::MulGate : Prologue::SigmoidGate, .gate = gate});
   }
 
-  // What AttnPrep fuses, one step per op as llama.cpp runs it.
+  // What the fused prep does, one step per op as llama.cpp runs it.
   void unfused_attn_prep(const AttentionWeights& A, int64_t il, View qg, View k, View v, View q,
                          View gate) {
     const int64_t D = hp_.head_dim;

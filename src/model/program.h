@@ -43,7 +43,6 @@ enum class Op : uint8_t {
   Attention,      // causal GQA softmax attention of q (in[0]) against the slot's KV cache
   CopyRows,       // out = x rows [row0, row0 + out rows)
   MatMulFused,    // one token: mouts[i] = mats[i]·prologue(x), finished by the epilogue
-  AttnPrep,       // the attention layer's preparation (see Step)
   Null,           // an empty dispatch (gdn bench --null-dispatches prices a dispatch)
 };
 inline constexpr int kOpCount = static_cast<int>(Op::Null) + 1;
@@ -101,10 +100,11 @@ struct Step {
   // Store, ConvSilu: mouts[silu_mat] (not ConvSilu's conv channels) holds silu(W·p(x)), the
   // pre-activated gate of a later HeadRmsNormMulGate; -1: none.
   int silu_mat = -1;
-  // AttnPrep (rung norm-gemv-fused, decode): in = {qg, k, v}, out = q, out2 = gate, vec =
-  // q_norm, vec2 = k_norm, head_dim, eps, layer: the steps SplitHeads(qg → q, gate), RmsNorm(q,
-  // q_norm), Rope(q), RmsNorm(k, k_norm), Rope(k), KvStore(k, v) as one (k is only read).
-  // gate_sigmoid: out2 holds sigmoid(gate), the pre-activated gate of a later MulGate.
+  // Attention with fuse_prep (rung norm-gemv-fused, decode): in = {qg, k, v}, out2 = gate,
+  // vec = q_norm, vec2 = k_norm, eps: the steps SplitHeads(qg → q, gate), RmsNorm(q, q_norm),
+  // Rope(q), RmsNorm(k, k_norm), Rope(k), KvStore(k, v) run first, in the same step (k is only
+  // read). gate_sigmoid: out2 holds sigmoid(gate), the pre-activated gate of a later MulGate.
+  bool fuse_prep = false;
   bool gate_sigmoid = false;
 
   // Needs only the steps before it and touches only its views (no cache or state): an

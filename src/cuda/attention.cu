@@ -182,6 +182,8 @@ struct AttnArgs {
   int n_rot;
   float theta, eps;
   bool gate_sigmoid;
+  double* angles;  // AttnPrep::angles, angles_given
+  bool angles_given;
 };
 
 // The prep by warps 0-2 of every CTA, before its key loop: q head h (qg: its q | gate) into s_q,
@@ -189,10 +191,23 @@ struct AttnArgs {
 // to the caches at position own (one CTA per kv head does). Every thread calls it.
 __device__ __forceinline__ void prepare_heads(const AttnArgs& a, const float* qg, int kvh,
                                               int64_t own, bool store,
-                                              const RopeAngle (&angle)[kPairsPerLane], float* s_q,
+                                              RopeAngle (&angle)[kPairsPerLane], float* s_q,
                                               float* s_k, float* s_v) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, D = a.head_dim, half = a.n_rot / 2;
   const int64_t col = int64_t(kvh) * D, at = own * a.kv_dim + col;
+  if (warp < 2) {
+#pragma unroll
+    for (int k = 0; k < kPairsPerLane; ++k) {
+      const int i = lane + 32 * k;
+      if (i >= half) continue;
+      if (a.angles_given) {
+        angle[k] = {a.angles[2 * i], a.angles[2 * i + 1]};
+      } else if (a.angles && warp == 0 && blockIdx.x == 0) {
+        a.angles[2 * i] = angle[k].sn;
+        a.angles[2 * i + 1] = angle[k].cs;
+      }
+    }
+  }
   if (warp == 0) norm_rope_head(qg, a.q_norm, D, half, a.eps, angle, s_q, lane);
   if (warp == 1) {
     norm_rope_head(row_ptr(a.k, 0) + col, a.k_norm, D, half, a.eps, angle, s_k, lane);
@@ -257,11 +272,15 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a) {
   const float* vb = a.v_cache + int64_t(kvh) * D;
   // The prep's angles depend on the position alone, which the host writes before the launch
   // (or the graph replay) and no kernel writes: the pow and sincos chain runs before the wait.
+  // That overlaps nothing here (the GEMV before leaves no room for this kernel's CTAs), so the
+  // token's later attention layers load the first one's angles instead. Measured (H100,
+  // 2026-12-05, gdn bench --timeline): computed in every layer, the q+k+v step took 10.24 µs
+  // (8.53 before the prep moved here, when the prep kernel's CTAs fitted beside the GEMV's).
   const bool prep = a.q_norm != nullptr;
   const int64_t own = prep ? n_kv - 1 : -1;  // the new key: in s_k / s_v with the prep
   const int half = a.n_rot / 2;
   RopeAngle angle[kPairsPerLane];
-  if (prep && warp < 2) {
+  if (prep && !a.angles_given && warp < 2) {
 #pragma unroll
     for (int k = 0; k < kPairsPerLane; ++k) {
       const int i = lane + 32 * k;
@@ -446,10 +465,11 @@ void check_prep(const AttnPrep& p, DevRows q, DevRows out, int64_t kv_dim, int64
   detail::check_same_shape("attention prep", p.gate, "gate", out, "out");
   if (q.rows != 1 || q.cols != 2 * out.cols || p.k.cols != kv_dim || p.n_rot <= 0 ||
       p.n_rot % 2 != 0 || p.n_rot > head_dim || !(p.theta > 0.0f) || !(p.eps >= 0.0f) ||
-      p.q_norm == nullptr || p.k_norm == nullptr) {
+      p.q_norm == nullptr || p.k_norm == nullptr || (p.angles_given && p.angles == nullptr)) {
     fail(
         "cuda attention prep: one token of qg [{}x{}] (2x out's {} columns), k, v [{}x{}] ({} "
-        "columns), n_rot {} (even, <= head_dim {}), theta {}, eps {}, both norms set",
+        "columns), n_rot {} (even, <= head_dim {}), theta {}, eps {}, both norms set, angles "
+        "given only with their buffer",
         q.rows, q.cols, out.cols, p.k.rows, p.k.cols, kv_dim, p.n_rot, head_dim, p.theta, p.eps);
   }
 }
@@ -506,7 +526,9 @@ void attention(DevRows q, float* k_cache, float* v_cache, DevRows out, int64_t n
                    static_cast<int>(p.n_rot),
                    p.theta,
                    p.eps,
-                   p.gate_sigmoid};
+                   p.gate_sigmoid,
+                   p.angles,
+                   p.angles_given};
   // The key split: doubled while the grid is under two CTAs per SM and every CTA keeps at
   // least kMinSplitKeys of the longest row's keys.
   const int64_t pairs = out.rows * n_head, max_kv = pos.plan() + out.rows;

@@ -18,6 +18,10 @@ CudaExecutor::CudaExecutor(const model::Model& model, const runtime::ExecutorOpt
   CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
   pos_dev_ = DeviceBuffer(sizeof(int32_t));
+  rope_angles_ = DeviceBuffer(model::kMaxAttnPrepHeadDim * sizeof(double));  // n_rot <= head_dim
+  for (int64_t il = model.hp.n_layer - 1; il >= 0; --il) {
+    if (!model.hp.is_recurrent(il)) first_attention_ = il;
+  }
   upload_weights();
   const size_t blocks = size_t((max_n_in_ + 511) / 512 * 4);  // no allocation during capture
   codes_act_ = DeviceBuffer(blocks * 32 * sizeof(uint32_t));
@@ -428,7 +432,9 @@ int CudaExecutor::launch(const model::Step& s, ProgramMem& pm, std::span<const i
                st);
       return 1;
     case Op::Attention: {
-      AttnPrep prep;  // the operands exist only with fuse_prep
+      // The operands exist only with fuse_prep. Decode positions every attention layer alike,
+      // so the first one's rope angles serve the layers after it.
+      AttnPrep prep;
       if (s.fuse_prep) {
         prep = {.k = in(1),
                 .v = in(2),
@@ -438,7 +444,9 @@ int CudaExecutor::launch(const model::Step& s, ProgramMem& pm, std::span<const i
                 .n_rot = hp.n_rot,
                 .theta = hp.rope_theta,
                 .eps = s.eps,
-                .gate_sigmoid = s.gate_sigmoid};
+                .gate_sigmoid = s.gate_sigmoid,
+                .angles = rope_angles_.as<double>(),
+                .angles_given = s.layer != first_attention_};
       }
       attention(in(0), layer(slot.k), layer(slot.v), out(), hp.n_head, hp.n_head_kv, s.head_dim,
                 position(slot, out().rows), st,

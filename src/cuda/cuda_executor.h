@@ -122,6 +122,10 @@ class CudaExecutor : public runtime::Executor {
   void link_codes(const model::Step& s, ProgramMem& pm, FusedGemv& f);
   CodesOut codes_out_for(const model::Step& s, ProgramMem& pm, model::Prologue prologue, bool ok);
   std::map<std::tuple<int64_t, bool, int, model::Rungs, int>, Graph> graphs_;
+  // The fused attention prep's rope angles: the token's first attention layer stores them,
+  // the later ones load them (AttnPrep::angles).
+  DeviceBuffer rope_angles_;
+  int64_t first_attention_ = -1;
   DeviceBuffer pos_dev_;    // int32 position read by graph-captured kernels
   int32_t pos_host_ = 0;    // its source for the copy before each replay
   bool capturing_ = false;  // steps are being captured into a graph

@@ -194,6 +194,12 @@ struct AttnPrep {
   int64_t n_rot = 0;
   float theta = 0.0f, eps = 0.0f;
   bool gate_sigmoid = false;  // gate = sigmoid(the gate half), as binary SigmoidMul applies it
+  // The rope angles of the position, (sin, cos) of pair i at angles[2i], angles[2i + 1] (room
+  // for n_rot / 2 pairs): with angles_given loaded from there (written by an earlier launch at
+  // the same position: the same device function made them, so the bits are the same), else
+  // computed, and stored there when angles is set.
+  double* angles = nullptr;
+  bool angles_given = false;
 };
 
 // Causal GQA attention of T query rows at positions pos0.. against caches holding positions

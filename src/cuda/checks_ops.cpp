@@ -1467,18 +1467,24 @@ void check_attention_prep(Context& ctx, std::vector<Result>& out) {
                   .eps = kEps,
                   .gate_sigmoid = c.gate_sigmoid,
                   .angles = angles.as<double>()};
-    const auto run = [&](DevRows y, bool angles_given) {
+    const auto run = [&](DevRows y, Buf& k_cache, Buf& v_cache, bool angles_given) {
       prep.angles_given = angles_given;
-      attention(qg.dev(), kc.dev_data(), vc.dev_data(), y, c.H, c.Hkv, c.D, pos, ctx.stream(),
-                codes_f, &prep);
+      attention(qg.dev(), k_cache.dev_data(), v_cache.dev_data(), y, c.H, c.Hkv, c.D, pos,
+                ctx.stream(), codes_f, &prep);
     };
-    run(o.dev(), false);  // the angles computed and stored
+    // Fresh caches for the runs after the first, which write the new row again.
+    Buf kc_given(ctx, n_ctx, kv_dim), vc_given(ctx, n_ctx, kv_dim), kc_turned(ctx, n_ctx, kv_dim),
+        vc_turned(ctx, n_ctx, kv_dim);
+    for (Buf* b : {&kc_given, &kc_turned}) b->copy_from(kc);
+    for (Buf* b : {&vc_given, &vc_turned}) b->copy_from(vc);
+    run(o.dev(), kc, vc, false);  // the angles computed and stored
     // Again with the stored angles loaded, then with a quarter turn in their place: the first
-    // must repeat the bits, the second must not (the table is what the kernel uses).
+    // must repeat the bits, the second must not (the table is what the kernel uses; the new
+    // key shows it where out cannot, as at position 0, whose one key is its own value).
     Buf o_given(ctx, 1, qd), o_turned(ctx, 1, qd);
     o_given.poison();
     o_turned.poison();
-    run(o_given.dev(), true);
+    run(o_given.dev(), kc_given, vc_given, true);
     const std::vector<double> turn = [&] {
       std::vector<double> t(size_t(c.n_rot));
       for (size_t i = 0; i < t.size(); i += 2) t[i] = 1.0;  // sin 1, cos 0
@@ -1486,17 +1492,19 @@ void check_attention_prep(Context& ctx, std::vector<Result>& out) {
     }();
     CUDA_CHECK(cudaMemcpyAsync(angles.get(), turn.data(), angles.bytes(), cudaMemcpyHostToDevice,
                                ctx.stream()));
-    run(o_turned.dev(), true);
+    run(o_turned.dev(), kc_turned, vc_turned, true);
 
     const std::string bits = shape + ": bitwise vs unfused";
     Result r = bitwise("attention_prep", bits + " (out)", o.device_view(), ou.device_view());
     also(r, bitwise("attention_prep", bits + " (gate)", gate.device_view(), gu.device_view()));
     also(r, bitwise("attention_prep", shape + ": angles loaded vs computed (out)",
                     o_given.device_view(), ou.device_view()));
-    if (bitwise("attention_prep", shape, o_turned.device_view(), ou.device_view()).passed) {
+    also(r, bitwise("attention_prep", shape + ": angles loaded vs computed (k cache)",
+                    kc_given.device_view(), kcu.device_view()));
+    if (bitwise("attention_prep", shape, kc_turned.device_view(), kcu.device_view()).passed) {
       also(r, Result{.op = "attention_prep",
                      .shape = shape,
-                     .detail = "a quarter turn in the given angles left out unchanged"});
+                     .detail = "a quarter turn in the given angles left the new key unchanged"});
     }
     also(r, bitwise("attention_prep", bits + " (k cache)", kc.device_view(), kcu.device_view()));
     also(r, bitwise("attention_prep", bits + " (v cache)", vc.device_view(), vcu.device_view()));
@@ -1549,7 +1557,7 @@ void check_attention_prep(Context& ctx, std::vector<Result>& out) {
       const double bytes =
           4.0 * double(2 * qd + 2 * kv_dim + qd + qd) + 8.0 * double((c.pos0 + 1) * kv_dim);
       // Timed with the angles given, as 15 of Bonsai's 16 attention layers run it.
-      timed(ctx, cpu_r, bytes, [&](int) { run(o.dev(), true); });
+      timed(ctx, cpu_r, bytes, [&](int) { run(o_given.dev(), kc_given, vc_given, true); });
     }
     out.push_back(r);
     out.push_back(cpu_r);

@@ -1447,13 +1447,15 @@ void check_attention_prep(Context& ctx, std::vector<Result>& out) {
     // gate buffer does.
     const bool codes = attn_codes_out_ok(c.D);
     const size_t blocks = static_cast<size_t>(std::max<int64_t>(qd / 128, 1));
-    DeviceBuffer act(blocks * 128), meta(blocks * 8), act_u(blocks * 128), meta_u(blocks * 8);
-    for (const DeviceBuffer* b : {&act, &meta, &act_u, &meta_u}) {
+    DeviceBuffer act(blocks * 128), meta(blocks * 8), act_u(blocks * 128), meta_u(blocks * 8),
+        act_g(blocks * 128), meta_g(blocks * 8);
+    for (const DeviceBuffer* b : {&act, &meta, &act_u, &meta_u, &act_g, &meta_g}) {
       CUDA_CHECK(cudaMemsetAsync(b->get(), 0xFF, b->bytes(), ctx.stream()));
     }
     const CodesOut codes_u = codes ? CodesOut{act_u.as<uint32_t>(), meta_u.get(), gu.dev_data()}
                                    : CodesOut{},
-                   codes_f = codes ? CodesOut{act.as<uint32_t>(), meta.get()} : CodesOut{};
+                   codes_f = codes ? CodesOut{act.as<uint32_t>(), meta.get()} : CodesOut{},
+                   codes_g = codes ? CodesOut{act_g.as<uint32_t>(), meta_g.get()} : CodesOut{};
     attention(qu.dev(), kcu.dev_data(), vcu.dev_data(), ou.dev(), c.H, c.Hkv, c.D, pos,
               ctx.stream(), codes_u);
     DeviceBuffer angles(size_t(c.n_rot) * sizeof(double));
@@ -1467,24 +1469,25 @@ void check_attention_prep(Context& ctx, std::vector<Result>& out) {
                   .eps = kEps,
                   .gate_sigmoid = c.gate_sigmoid,
                   .angles = angles.as<double>()};
-    const auto run = [&](DevRows y, Buf& k_cache, Buf& v_cache, bool angles_given) {
+    const auto run = [&](DevRows y, Buf& k_cache, Buf& v_cache, const CodesOut& codes_out,
+                         bool angles_given) {
       prep.angles_given = angles_given;
       attention(qg.dev(), k_cache.dev_data(), v_cache.dev_data(), y, c.H, c.Hkv, c.D, pos,
-                ctx.stream(), codes_f, &prep);
+                ctx.stream(), codes_out, &prep);
     };
-    // Fresh caches for the runs after the first, which write the new row again.
+    // Fresh caches and codes for the runs after the first, which write them again.
     Buf kc_given(ctx, n_ctx, kv_dim), vc_given(ctx, n_ctx, kv_dim), kc_turned(ctx, n_ctx, kv_dim),
         vc_turned(ctx, n_ctx, kv_dim);
     for (Buf* b : {&kc_given, &kc_turned}) b->copy_from(kc);
     for (Buf* b : {&vc_given, &vc_turned}) b->copy_from(vc);
-    run(o.dev(), kc, vc, false);  // the angles computed and stored
+    run(o.dev(), kc, vc, codes_f, false);  // the angles computed and stored
     // Again with the stored angles loaded, then with a quarter turn in their place: the first
     // must repeat the bits, the second must not (the table is what the kernel uses; the new
     // key shows it where out cannot, as at position 0, whose one key is its own value).
     Buf o_given(ctx, 1, qd), o_turned(ctx, 1, qd);
     o_given.poison();
     o_turned.poison();
-    run(o_given.dev(), kc_given, vc_given, true);
+    run(o_given.dev(), kc_given, vc_given, codes_g, true);
     const std::vector<double> turn = [&] {
       std::vector<double> t(size_t(c.n_rot));
       for (size_t i = 0; i < t.size(); i += 2) t[i] = 1.0;  // sin 1, cos 0
@@ -1492,7 +1495,7 @@ void check_attention_prep(Context& ctx, std::vector<Result>& out) {
     }();
     CUDA_CHECK(cudaMemcpyAsync(angles.get(), turn.data(), angles.bytes(), cudaMemcpyHostToDevice,
                                ctx.stream()));
-    run(o_turned.dev(), kc_turned, vc_turned, true);
+    run(o_turned.dev(), kc_turned, vc_turned, {}, true);
 
     const std::string bits = shape + ": bitwise vs unfused";
     Result r = bitwise("attention_prep", bits + " (out)", o.device_view(), ou.device_view());
@@ -1519,7 +1522,9 @@ void check_attention_prep(Context& ctx, std::vector<Result>& out) {
         return h;
       };
       for (const auto& [what, got, want] :
-           {std::tuple{" (codes)", &act, &act_u}, std::tuple{" (code scales)", &meta, &meta_u}}) {
+           {std::tuple{" (codes)", &act, &act_u}, std::tuple{" (code scales)", &meta, &meta_u},
+            std::tuple{" (codes, angles loaded)", &act_g, &act_u},
+            std::tuple{" (code scales, angles loaded)", &meta_g, &meta_u}}) {
         const std::vector<uint8_t> g = bytes_of(*got), w = bytes_of(*want);
         also(r, bitwise("attention_prep", bits + what, g.data(), w.data(), g.size(), 1));
       }
@@ -1557,7 +1562,7 @@ void check_attention_prep(Context& ctx, std::vector<Result>& out) {
       const double bytes =
           4.0 * double(2 * qd + 2 * kv_dim + qd + qd) + 8.0 * double((c.pos0 + 1) * kv_dim);
       // Timed with the angles given, as 15 of Bonsai's 16 attention layers run it.
-      timed(ctx, cpu_r, bytes, [&](int) { run(o_given.dev(), kc_given, vc_given, true); });
+      timed(ctx, cpu_r, bytes, [&](int) { run(o_given.dev(), kc_given, vc_given, codes_g, true); });
     }
     out.push_back(r);
     out.push_back(cpu_r);

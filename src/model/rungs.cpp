@@ -22,7 +22,8 @@ const std::array<RungInfo, kRungCount>& rung_table() {
       {Rung::NormGemvFused, "norm-gemv-fused", true,
        "norms/gates in the GEMV prologue, residual add and SwiGLU in its epilogue, GEMVs "
        "sharing an input in one launch, and the attention layer's q/k head norms, RoPE, "
-       "q|gate split and KV store as one kernel (decode programs, per-layer matrices)"},
+       "q|gate split and KV store inside its attention kernel (decode programs, per-layer "
+       "matrices)"},
       {Rung::Graphs, "graphs", true, "each program captured once and replayed as a CUDA graph"},
       {Rung::StateF16, "state-f16", false, "recurrent state stored as f16 (not exact)"},
       {Rung::StateBf16, "state-bf16", false, "recurrent state stored as bf16 (not exact)"},

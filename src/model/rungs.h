@@ -28,8 +28,8 @@ enum class Rung : uint8_t {
                     // with norm-gemv-fused, a decode's conv runs in the qkv GEMV's epilogue
   NormGemvFused,    // norms and gates in the GEMV prologue, residual/SwiGLU in its epilogue,
                     // GEMVs sharing an input in one launch; the attention layer's q/k head
-                    // norms, RoPE, split and KV store in one kernel (decode programs; the
-                    // output head stays unfused)
+                    // norms, RoPE, split and KV store inside its attention kernel (decode
+                    // programs; the output head stays unfused)
   Graphs,           // the decode step replayed as one CUDA graph
   StateF16,         // recurrent state stored as f16 (not exact)
   StateBf16,        // recurrent state stored as bf16 (not exact)

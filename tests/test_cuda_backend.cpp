@@ -128,6 +128,62 @@ TEST(CudaOps, AFilterRunsOnlyTheFamiliesItCanSelect) {
   }
 }
 
+// attention()'s fused prep refuses, by name, what it cannot run: the checks come before any
+// launch, so they need no GPU.
+TEST(CudaAttention, ThePrepRefusesWhatItCannotRunByName) {
+  std::vector<float> mem(1 << 16);
+  float* p = mem.data();
+  const int64_t H = 4, Hkv = 2, D = 64;
+  const cuda::DevRows qg{p, 1, 2 * H * D, 2 * H * D}, out{p, 1, H * D, H * D},
+      kv{p, 1, Hkv * D, Hkv * D};
+  double angles[64];
+  const cuda::AttnPrep good{.k = kv,
+                            .v = kv,
+                            .gate = out,
+                            .q_norm = p,
+                            .k_norm = p,
+                            .n_rot = 16,
+                            .theta = 1e4f,
+                            .eps = 1e-6f,
+                            .angles = angles};
+  const auto changed = [&](auto change) {
+    cuda::AttnPrep a = good;
+    change(a);
+    return a;
+  };
+  const struct {
+    const char* what;
+    cuda::AttnPrep prep;
+    cuda::DevRows q;
+    const char* named;  // in the message
+  } cases[] = {
+      {"two tokens", good, {p, 2, 2 * H * D, 2 * H * D}, "qg [2x512]"},
+      {"qg not twice out", good, {p, 1, H * D, H * D}, "qg [1x256] (2x out's 256 columns)"},
+      {"odd n_rot", changed([](auto& a) { a.n_rot = 15; }), qg, "n_rot 15"},
+      {"n_rot past the head", changed([](auto& a) { a.n_rot = 2 * D; }), qg, "n_rot 128"},
+      {"no k norm", changed([](auto& a) { a.k_norm = nullptr; }), qg, "both norms set"},
+      {"angles given, no buffer", changed([](auto& a) {
+         a.angles = nullptr;
+         a.angles_given = true;
+       }),
+       qg, "angles given only with their buffer"},
+      {"k and v narrower than the cache", changed([&](auto& a) {
+         a.k = a.v = {p, 1, D, D};
+       }),
+       qg, "k, v [1x64] (128 columns)"},
+      {"gate unlike out", changed([&](auto& a) { a.gate = kv; }), qg, "gate [1x128] and out"},
+  };
+  for (const auto& c : cases) {
+    try {
+      cuda::attention(c.q, p, p, out, H, Hkv, D, 3, nullptr, {}, &c.prep);
+      ADD_FAILURE() << c.what << ": accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(c.named), std::string::npos)
+          << c.what << ": " << e.what();
+    }
+  }
+}
+
 class CudaHf : public ::testing::TestWithParam<const char*> {};
 
 // f32 weights: the GPU sums in a different order than the CPU's double accumulation;

@@ -131,6 +131,9 @@ __global__ void __launch_bounds__(kRopeThreads)
 // 3.20-3.27). Inside the attention kernel it costs no launch: every CTA prepares its own q head
 // and its kv head's new key and value in shared memory (its key loop reads the new position from
 // there: no other CTA's write needs to be waited for), and one CTA per kv head stores them.
+// Measured (H100, 2026-12-05, Bonsai decode, against the prep kernel in the same call): an
+// attention layer's q+k+v, prep, attention and attn_output steps 24.70 -> 23.23 µs in the
+// timeline, tg128 +0.8-1.1% at 324 dispatches a token (340), pp512 unchanged.
 
 constexpr int kPairsPerLane = kMaxHeadDim / 2 / 32;
 

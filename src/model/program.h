@@ -41,6 +41,7 @@ enum class Op : uint8_t {
   Rope,           // NeoX RoPE on the first n_rot dims of each head, positions pos0 + t
   KvStore,        // k (in[0]) and v (in[1]) rows into the slot's KV cache at pos0 + t
   Attention,      // causal GQA softmax attention of q (in[0]) against the slot's KV cache
+                  // (fuse_prep: in[0] is the raw qg, prepared first; see Step)
   CopyRows,       // out = x rows [row0, row0 + out rows)
   MatMulFused,    // one token: mouts[i] = mats[i]·prologue(x), finished by the epilogue
   Null,           // an empty dispatch (gdn bench --null-dispatches prices a dispatch)

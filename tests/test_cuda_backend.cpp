@@ -128,15 +128,19 @@ TEST(CudaOps, AFilterRunsOnlyTheFamiliesItCanSelect) {
   }
 }
 
-// attention()'s fused prep refuses, by name, what it cannot run: the checks come before any
-// launch, so they need no GPU.
+// attention()'s fused prep refuses, by name, what it cannot run. The checks come before any
+// launch, so CI runs this without a GPU; with one, the operands are device memory, so that a
+// case wrongly accepted runs (and fails here) instead of faulting on host addresses.
 TEST(CudaAttention, ThePrepRefusesWhatItCannotRunByName) {
-  std::vector<float> mem(1 << 16);
-  float* p = mem.data();
+  const bool gpu = cuda::available();
+  constexpr size_t kFloats = 1 << 16;
+  std::vector<float> host(gpu ? 0 : kFloats);
+  cuda::DeviceBuffer dev(gpu ? kFloats * sizeof(float) : 0);
+  float* p = gpu ? dev.as<float>() : host.data();
+  auto* angles = reinterpret_cast<double*>(p + kFloats / 2);
   const int64_t H = 4, Hkv = 2, D = 64;
   const cuda::DevRows qg{p, 1, 2 * H * D, 2 * H * D}, out{p, 1, H * D, H * D},
-      kv{p, 1, Hkv * D, Hkv * D};
-  double angles[64];
+      kv{p, 1, Hkv * D, Hkv * D}, out2{p, 2, H * D, H * D};
   const cuda::AttnPrep good{.k = kv,
                             .v = kv,
                             .gate = out,
@@ -146,6 +150,21 @@ TEST(CudaAttention, ThePrepRefusesWhatItCannotRunByName) {
                             .theta = 1e4f,
                             .eps = 1e-6f,
                             .angles = angles};
+  const auto run = [&](cuda::DevRows q, cuda::DevRows y, const cuda::AttnPrep& prep) {
+    cuda::attention(q, p, p, y, H, Hkv, D, 3, nullptr, {}, &prep);
+  };
+  // The control: the good operands pass the checks (without a GPU the launch then fails for
+  // want of one, naming no prep operand).
+  if (gpu) {
+    EXPECT_NO_THROW(run(qg, out, good));
+  } else {
+    try {
+      run(qg, out, good);
+      ADD_FAILURE() << "launched without a GPU";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).find("attention prep"), std::string::npos) << e.what();
+    }
+  }
   const auto changed = [&](auto change) {
     cuda::AttnPrep a = good;
     change(a);
@@ -154,34 +173,48 @@ TEST(CudaAttention, ThePrepRefusesWhatItCannotRunByName) {
   const struct {
     const char* what;
     cuda::AttnPrep prep;
-    cuda::DevRows q;
+    cuda::DevRows q, y;
     const char* named;  // in the message
   } cases[] = {
-      {"two tokens", good, {p, 2, 2 * H * D, 2 * H * D}, "qg [2x512]"},
-      {"qg not twice out", good, {p, 1, H * D, H * D}, "qg [1x256] (2x out's 256 columns)"},
-      {"odd n_rot", changed([](auto& a) { a.n_rot = 15; }), qg, "n_rot 15"},
-      {"n_rot past the head", changed([](auto& a) { a.n_rot = 2 * D; }), qg, "n_rot 128"},
-      {"no k norm", changed([](auto& a) { a.k_norm = nullptr; }), qg, "both norms set"},
+      {"two tokens of qg", good, {p, 2, 2 * H * D, 2 * H * D}, out, "one token only (qg 2 rows"},
+      {"two rows of out and gate", changed([&](auto& a) { a.gate = out2; }), qg, out2,
+       "one token only (qg 1 rows, out 2"},
+      {"qg not twice out",
+       good,
+       {p, 1, H * D, H * D},
+       out,
+       "qg [1x256] must be twice out's 256 columns"},
+      {"odd n_rot", changed([](auto& a) { a.n_rot = 15; }), qg, out, "n_rot 15 must be even"},
+      {"n_rot past the head", changed([](auto& a) { a.n_rot = 2 * D; }), qg, out,
+       "n_rot 128 must be even, positive and at most head_dim 64"},
+      {"theta 0", changed([](auto& a) { a.theta = 0.0f; }), qg, out, "theta 0 must be positive"},
+      {"negative eps", changed([](auto& a) { a.eps = -1.0f; }), qg, out, "eps -1 not negative"},
+      {"no q norm", changed([](auto& a) { a.q_norm = nullptr; }), qg, out,
+       "q_norm and k_norm must be set"},
+      {"no k norm", changed([](auto& a) { a.k_norm = nullptr; }), qg, out,
+       "q_norm and k_norm must be set"},
       {"angles given, no buffer", changed([](auto& a) {
          a.angles = nullptr;
          a.angles_given = true;
        }),
-       qg, "angles given only with their buffer"},
+       qg, out, "angles given without their buffer"},
       {"k and v narrower than the cache", changed([&](auto& a) {
          a.k = a.v = {p, 1, D, D};
        }),
-       qg, "k, v [1x64] (128 columns)"},
-      {"gate unlike out", changed([&](auto& a) { a.gate = kv; }), qg, "gate [1x128] and out"},
+       qg, out, "k, v [1x64] must have the caches' 128 columns"},
+      {"gate unlike out", changed([&](auto& a) { a.gate = kv; }), qg, out,
+       "gate [1x128] and out [1x256]"},
   };
   for (const auto& c : cases) {
     try {
-      cuda::attention(c.q, p, p, out, H, Hkv, D, 3, nullptr, {}, &c.prep);
+      run(c.q, c.y, c.prep);
       ADD_FAILURE() << c.what << ": accepted";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find(c.named), std::string::npos)
           << c.what << ": " << e.what();
     }
   }
+  if (gpu) CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 class CudaHf : public ::testing::TestWithParam<const char*> {};

@@ -68,7 +68,7 @@ namespace {
 using detail::row_ptr;
 
 constexpr int kMaxHeadDim = 256;  // attention's and its prep's largest head
-// The program builder emits AttnPrep only for heads this kernel takes.
+// The program builder fuses the prep (Step::fuse_prep) only for heads this kernel takes.
 static_assert(model::kMaxAttnPrepHeadDim <= kMaxHeadDim, "the prep's head limit");
 
 // ---------------------------------------------------------------------------------------------
@@ -458,7 +458,7 @@ bool attn_codes_out_ok(int64_t head_dim) {
 namespace {
 
 // The prep's operands: one token, qg twice out's width, k and v one row of the caches' width,
-// a gate like out, the norms, and a rotation that fits the head.
+// a gate like out, the norms, and a rotation that fits the head. Each refusal names its cause.
 void check_prep(const AttnPrep& p, DevRows q, DevRows out, int64_t kv_dim, int64_t head_dim) {
   for (const auto& [name, view] :
        {std::pair{"k", p.k}, std::pair{"v", p.v}, std::pair{"gate", p.gate}}) {
@@ -466,14 +466,29 @@ void check_prep(const AttnPrep& p, DevRows q, DevRows out, int64_t kv_dim, int64
   }
   detail::check_same_shape("attention prep", p.k, "k", p.v, "v");
   detail::check_same_shape("attention prep", p.gate, "gate", out, "out");
-  if (q.rows != 1 || q.cols != 2 * out.cols || p.k.cols != kv_dim || p.n_rot <= 0 ||
-      p.n_rot % 2 != 0 || p.n_rot > head_dim || !(p.theta > 0.0f) || !(p.eps >= 0.0f) ||
-      p.q_norm == nullptr || p.k_norm == nullptr || (p.angles_given && p.angles == nullptr)) {
-    fail(
-        "cuda attention prep: one token of qg [{}x{}] (2x out's {} columns), k, v [{}x{}] ({} "
-        "columns), n_rot {} (even, <= head_dim {}), theta {}, eps {}, both norms set, angles "
-        "given only with their buffer",
-        q.rows, q.cols, out.cols, p.k.rows, p.k.cols, kv_dim, p.n_rot, head_dim, p.theta, p.eps);
+  if (q.rows != 1 || out.rows != 1 || p.k.rows != 1) {
+    fail("cuda attention prep: one token only (qg {} rows, out {}, k {})", q.rows, out.rows,
+         p.k.rows);
+  }
+  if (q.cols != 2 * out.cols) {
+    fail("cuda attention prep: qg [1x{}] must be twice out's {} columns (q | gate per head)",
+         q.cols, out.cols);
+  }
+  if (p.k.cols != kv_dim) {
+    fail("cuda attention prep: k, v [1x{}] must have the caches' {} columns", p.k.cols, kv_dim);
+  }
+  if (p.n_rot <= 0 || p.n_rot % 2 != 0 || p.n_rot > head_dim) {
+    fail("cuda attention prep: n_rot {} must be even, positive and at most head_dim {}", p.n_rot,
+         head_dim);
+  }
+  if (!(p.theta > 0.0f) || !(p.eps >= 0.0f)) {
+    fail("cuda attention prep: theta {} must be positive and eps {} not negative", p.theta, p.eps);
+  }
+  if (p.q_norm == nullptr || p.k_norm == nullptr) {
+    fail("cuda attention prep: q_norm and k_norm must be set");
+  }
+  if (p.angles_given && p.angles == nullptr) {
+    fail("cuda attention prep: angles given without their buffer");
   }
 }
 

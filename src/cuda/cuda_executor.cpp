@@ -19,9 +19,6 @@ CudaExecutor::CudaExecutor(const model::Model& model, const runtime::ExecutorOpt
   CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
   pos_dev_ = DeviceBuffer(sizeof(int32_t));
   rope_angles_ = DeviceBuffer(model::kMaxAttnPrepHeadDim * sizeof(double));  // n_rot <= head_dim
-  for (int64_t il = model.hp.n_layer - 1; il >= 0; --il) {
-    if (!model.hp.is_recurrent(il)) first_attention_ = il;
-  }
   upload_weights();
   const size_t blocks = size_t((max_n_in_ + 511) / 512 * 4);  // no allocation during capture
   codes_act_ = DeviceBuffer(blocks * 32 * sizeof(uint32_t));
@@ -168,6 +165,10 @@ CudaExecutor::ProgramMem& CudaExecutor::program(int64_t n_tokens, bool all_logit
       }
     }
     pm.launches.assign(pm.program->steps.size(), -1);
+    const auto& steps = pm.program->steps;
+    const auto first = std::find_if(steps.begin(), steps.end(),
+                                    [](const model::Step& st) { return st.fuse_prep; });
+    if (first != steps.end()) pm.first_prep = &*first;
   }
   return pm;
 }
@@ -432,7 +433,7 @@ int CudaExecutor::launch(const model::Step& s, ProgramMem& pm, std::span<const i
                st);
       return 1;
     case Op::Attention: {
-      // The operands exist only with fuse_prep. Decode positions every attention layer alike,
+      // The operands exist only with fuse_prep. A decode positions every attention layer alike,
       // so the first one's rope angles serve the layers after it.
       AttnPrep prep;
       if (s.fuse_prep) {
@@ -446,7 +447,7 @@ int CudaExecutor::launch(const model::Step& s, ProgramMem& pm, std::span<const i
                 .eps = s.eps,
                 .gate_sigmoid = s.gate_sigmoid,
                 .angles = rope_angles_.as<double>(),
-                .angles_given = s.layer != first_attention_};
+                .angles_given = &s != pm.first_prep};
       }
       attention(in(0), layer(slot.k), layer(slot.v), out(), hp.n_head, hp.n_head_kv, s.head_dim,
                 position(slot, out().rows), st,

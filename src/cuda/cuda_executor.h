@@ -54,6 +54,9 @@ class CudaExecutor : public runtime::Executor {
     PinnedBuffer host_logits;
     float* host_logits_dev = nullptr;  // host_logits as the kernels address it
     std::vector<int> launches;         // per step, once it ran (or was captured); -1 before
+    // The program's first attention step with the fused prep: it computes the rope angles of
+    // the position, and the later ones, run after it in every forward, load them.
+    const model::Step* first_prep = nullptr;
   };
 
   const Slot& slot_at(int slot) const;
@@ -122,10 +125,8 @@ class CudaExecutor : public runtime::Executor {
   void link_codes(const model::Step& s, ProgramMem& pm, FusedGemv& f);
   CodesOut codes_out_for(const model::Step& s, ProgramMem& pm, model::Prologue prologue, bool ok);
   std::map<std::tuple<int64_t, bool, int, model::Rungs, int>, Graph> graphs_;
-  // The fused attention prep's rope angles: the token's first attention layer stores them,
-  // the later ones load them (AttnPrep::angles).
+  // The fused attention prep's rope angles (AttnPrep::angles, ProgramMem::first_prep).
   DeviceBuffer rope_angles_;
-  int64_t first_attention_ = -1;
   DeviceBuffer pos_dev_;    // int32 position read by graph-captured kernels
   int32_t pos_host_ = 0;    // its source for the copy before each replay
   bool capturing_ = false;  // steps are being captured into a graph

@@ -204,7 +204,8 @@ struct AttnPrep {
 
 // Causal GQA attention of T query rows at positions pos0.. against caches holding positions
 // [0, pos0 + T): q, out [T][H·D], caches [n_ctx][Hkv·D]; query head h reads kv head
-// h / (H / Hkv). D <= 256. The caller guarantees pos0 + T <= n_ctx.
+// h / (H / Hkv). D <= 256. The caller guarantees pos0 + T <= n_ctx. With prep, q is the raw
+// qg [1][H·2D] (AttnPrep).
 // codes (attn_codes_out_ok: one token, D a multiple of 128): also p(out) = out·gate [H·D],
 // attn_output's MulGate prologue, quantised into H·D/128 blocks of codes (CodesOut; with prep
 // the gate is the prep's).

@@ -320,6 +320,15 @@ double state_ulp(StateType t) {
   return t == StateType::F32 ? 0.0 : t == StateType::F16 ? 0x1p-10 : 0x1p-7;
 }
 
+// A device buffer's bytes once the stream's work before has finished.
+std::vector<uint8_t> download(const DeviceBuffer& b, cudaStream_t s) {
+  std::vector<uint8_t> got(b.bytes());
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  CUDA_CHECK(cudaMemcpyAsync(got.data(), b.get(), got.size(), cudaMemcpyDeviceToHost, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  return got;
+}
+
 // n state values of one type on the device, between off values before and pad after that
 // hold random bytes (a guard: a kernel writing past the state is caught bit for bit).
 class StateBuf {
@@ -380,13 +389,7 @@ class StateBuf {
   }
 
  private:
-  std::vector<uint8_t> download() const {
-    std::vector<uint8_t> got(host_.size());
-    CUDA_CHECK(cudaStreamSynchronize(s_));
-    CUDA_CHECK(cudaMemcpyAsync(got.data(), dev_.get(), got.size(), cudaMemcpyDeviceToHost, s_));
-    CUDA_CHECK(cudaStreamSynchronize(s_));
-    return got;
-  }
+  std::vector<uint8_t> download() const { return opcheck::download(dev_, s_); }
   void upload() {
     CUDA_CHECK(cudaMemcpyAsync(dev_.get(), host_.data(), host_.size(), cudaMemcpyHostToDevice, s_));
     CUDA_CHECK(cudaStreamSynchronize(s_));
@@ -1461,7 +1464,6 @@ void check_attention_prep(Context& ctx, std::vector<Result>& out) {
     DeviceBuffer angles(size_t(c.n_rot) * sizeof(double));
     AttnPrep prep{.k = k.dev(),
                   .v = v.dev(),
-                  .gate = gate.dev(),
                   .q_norm = qn.dev_data(),
                   .k_norm = kn.dev_data(),
                   .n_rot = c.n_rot,
@@ -1518,18 +1520,12 @@ void check_attention_prep(Context& ctx, std::vector<Result>& out) {
     for (Buf* b : {&qg, &k, &v})
       also(r, b->check("attention_prep", shape + ": input untouched", 0));
     if (codes) {
-      const auto bytes_of = [&](const DeviceBuffer& b) {
-        std::vector<uint8_t> h(b.bytes());
-        CUDA_CHECK(
-            cudaMemcpyAsync(h.data(), b.get(), h.size(), cudaMemcpyDeviceToHost, ctx.stream()));
-        sync(ctx);
-        return h;
-      };
       for (const auto& [what, got, want] :
            {std::tuple{" (codes)", &act, &act_u}, std::tuple{" (code scales)", &meta, &meta_u},
             std::tuple{" (codes, angles loaded)", &act_g, &act_u},
             std::tuple{" (code scales, angles loaded)", &meta_g, &meta_u}}) {
-        const std::vector<uint8_t> g = bytes_of(*got), w = bytes_of(*want);
+        const std::vector<uint8_t> g = download(*got, ctx.stream()),
+                                   w = download(*want, ctx.stream());
         also(r, bitwise("attention_prep", bits + what, g.data(), w.data(), g.size(), 1));
       }
     }

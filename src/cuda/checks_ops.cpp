@@ -1464,6 +1464,7 @@ void check_attention_prep(Context& ctx, std::vector<Result>& out) {
     DeviceBuffer angles(size_t(c.n_rot) * sizeof(double));
     AttnPrep prep{.k = k.dev(),
                   .v = v.dev(),
+                  .gate = gate.dev(),  // run() sets each run's own
                   .q_norm = qn.dev_data(),
                   .k_norm = kn.dev_data(),
                   .n_rot = c.n_rot,

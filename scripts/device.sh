@@ -21,7 +21,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/gdn-device}
 mkdir -p "$out"
-# Binaries: build-cuda/ when built there, else the stripped ones carried in .carry/bins.tar.xz.
+# Binaries: build-cuda/ when built there, else the stripped ones carried in .carry/bins.tar.xz
+# (scripts/carry_bins.sh packs them, with gdn_prev / gdn_alt built from other commits).
 bin=build-cuda
 if [ -f .carry/bins.tar.xz ]; then
   mkdir -p /tmp/gdn-bin && tar xJf .carry/bins.tar.xz -C /tmp/gdn-bin

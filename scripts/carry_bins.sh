@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Packs what a scripts/device.sh call runs into .carry/bins.tar.xz, for the device tool's
+# `carry: [".carry"]` (its limit is 64 MiB; the build directories are far larger): this
+# checkout's binaries, built by build_portable.sh, stripped; and, for side-by-side timing in
+# one call, a baseline's and a variant's `gdn` (and lab), each built from its commit in a
+# worktree of its own with the same compiler.
+#
+#   scripts/carry_bins.sh [--lab] [--prev REV] [--alt REV]
+#
+#   --lab       also gemv_lab (device.sh's lab; with --prev, gemv_lab_prev for prevlab)
+#   --prev REV  gdn_prev (device.sh's prevtg, prevtimeline, prevbench, ...)
+#   --alt REV   gdn_alt (alttg, alttimeline)
+#
+# A worktree is built from scratch the first time (~10 min on 2 cores) and kept under
+# /tmp/gdn-worktrees/<commit>, so a second package of the same commit only relinks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+lab=0 prev="" alt=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --lab) lab=1 ;;
+    --prev) prev=${2:?--prev needs a commit}; shift ;;
+    --alt) alt=${2:?--alt needs a commit}; shift ;;
+    *) echo "carry_bins.sh: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+# Commits resolved before anything is built, so a typo fails at once.
+commit() {
+  git rev-parse --verify --quiet "$1^{commit}" || { echo "carry_bins.sh: no commit '$1'" >&2; exit 2; }
+}
+[ -z "$prev" ] || prev=$(commit "$prev")
+[ -z "$alt" ] || alt=$(commit "$alt")
+
+targets=(test_cuda_ladder)
+[ "$lab" = 1 ] && targets+=(gemv_lab)
+pack=$(mktemp -d)
+trap 'rm -rf "$pack"' EXIT
+
+# Builds the checkout at $1 (build_portable.sh: gdn and test_cuda_backend, plus targets).
+build() {
+  (cd "$1" && scripts/build_portable.sh "${targets[@]}" >/dev/null)
+}
+
+# The worktree of commit $1 (a full hash), built; prints its path.
+built_worktree() {
+  local dir=/tmp/gdn-worktrees/$1
+  [ -d "$dir" ] || git worktree add --detach "$dir" "$1" >/dev/null 2>&1
+  build "$dir"
+  echo "$dir"
+}
+
+build .
+cp build-cuda/src/app/gdn build-cuda/tests/test_cuda_backend build-cuda/tests/test_cuda_ladder \
+  "$pack"/
+[ "$lab" = 1 ] && cp build-cuda/bench/gemv_lab "$pack"/
+if [ -n "$prev" ]; then
+  dir=$(built_worktree "$prev")
+  cp "$dir/build-cuda/src/app/gdn" "$pack/gdn_prev"
+  [ "$lab" = 1 ] && cp "$dir/build-cuda/bench/gemv_lab" "$pack/gemv_lab_prev"
+fi
+if [ -n "$alt" ]; then
+  dir=$(built_worktree "$alt")
+  cp "$dir/build-cuda/src/app/gdn" "$pack/gdn_alt"
+fi
+strip "$pack"/*
+
+mkdir -p .carry
+tar cf - -C "$pack" . | xz -1 -T2 >.carry/bins.tar.xz
+bytes=$(stat -c %s .carry/bins.tar.xz)
+limit=$((64 * 1024 * 1024))
+if [ "$bytes" -ge "$limit" ]; then
+  echo "carry_bins.sh: .carry/bins.tar.xz is $bytes bytes, over the carry limit of $limit" >&2
+  exit 1
+fi
+echo "carry_bins.sh: .carry/bins.tar.xz $((bytes / 1024 / 1024)) MiB: $(ls "$pack" | tr '\n' ' ')"

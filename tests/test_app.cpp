@@ -261,6 +261,18 @@ TEST(Run, WarnsOnlyWhenTheFileHasAnotherChatTemplate) {
   EXPECT_EQ(chat_stderr(qwen35).find(warning), std::string::npos);
 }
 
+// gdn ops never passes quietly when it checked nothing: a build without CUDA, a machine without
+// a GPU and a filter that selects no op each end it non-zero, naming which.
+TEST(Ops, ExitsNonZeroNamingWhyNothingWasChecked) {
+  const Result r = gdn({"ops", "--op", "no_such_op"});
+  EXPECT_NE(r.status, 0);
+  const std::string said = r.out + r.err;
+  const bool named = said.find("needs the CUDA backend") != std::string::npos ||
+                     said.find("needs a CUDA GPU") != std::string::npos ||
+                     said.find("no op matches 'no_such_op'") != std::string::npos;
+  EXPECT_TRUE(named) << said;
+}
+
 TEST(Synth, VocabSetsTheVocabularySize) {
   const fs::path out = scratch_dir() / "tiny_vocab.gguf";
   const Result r = gdn({"synth", "--preset", "tiny", "--vocab", kVocab, "-o", out});

@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "error_of.h"
 #include "runtime/backend.h"
+#include "runtime/executor.h"
 #include "synth/synth.h"
 
 namespace gdn::runtime {
@@ -35,6 +36,23 @@ TEST(Backend, CudaIsRefusedWithTheReasonWhereItCannotRun) {
   EXPECT_NE(msg.find("backend 'cuda'"), std::string::npos) << msg;
   EXPECT_NE(msg.find(cuda_built() ? "needs a CUDA GPU" : "not in this build"), std::string::npos)
       << msg;
+}
+
+// Dispatch counts add per op and in total (a CUDA graph replay adds the launches counted when it
+// was captured this way).
+TEST(DispatchCount, AddsPerOpAndInTotal) {
+  DispatchCount a, b;
+  a.add(model::Op::MatMul, 1);
+  b.add(model::Op::Embed, 2);
+  b.add(model::Op::MatMul, 3);
+  a.add(b);
+  EXPECT_EQ(a.total, 6);
+  EXPECT_EQ(a.by_op[static_cast<size_t>(model::Op::Embed)], 2);
+  EXPECT_EQ(a.by_op[static_cast<size_t>(model::Op::MatMul)], 4);
+  int64_t sum = 0;
+  for (int64_t n : a.by_op) sum += n;
+  EXPECT_EQ(sum, a.total);
+  EXPECT_EQ(b.total, 5);  // the added count is left as it was
 }
 
 TEST(Backend, UnknownNamesAreRefusedByName) {

@@ -157,11 +157,24 @@ TEST(Safetensors, RefusesOffsetsOutOfRange) {
   EXPECT_ERROR_HAS(SafetensorsFile::open(file.string()), "'w'", "[8, 4]");
 }
 
+TEST(Safetensors, DtypeNamesAndSizesAsTheFormatWritesThem) {
+  using gdn::convert::StDtype;
+  EXPECT_STREQ(gdn::convert::st_dtype_name(StDtype::F32), "F32");
+  EXPECT_STREQ(gdn::convert::st_dtype_name(StDtype::F16), "F16");
+  EXPECT_STREQ(gdn::convert::st_dtype_name(StDtype::BF16), "BF16");
+  EXPECT_EQ(gdn::convert::st_dtype_size(StDtype::F32), 4u);
+  EXPECT_EQ(gdn::convert::st_dtype_size(StDtype::F16), 2u);
+  EXPECT_EQ(gdn::convert::st_dtype_size(StDtype::BF16), 2u);
+}
+
 TEST(Safetensors, RefusesSizeMismatchAndUnknownDtype) {
   TempDir dir;
   const fs::path file = dir.path() / "model.safetensors";
   write_safetensors(file, {f32_tensor("w", {2}, {1, 2})}, [](json& h) { h["w"]["shape"] = {3}; });
-  EXPECT_ERROR_HAS(SafetensorsFile::open(file.string()), "'w'", "[3]", "needs 12 bytes");
+  EXPECT_ERROR_HAS(SafetensorsFile::open(file.string()), "'w'", "F32", "[3]", "needs 12 bytes");
+  write_safetensors(file, {{"h", "BF16", {2}, std::vector<uint8_t>(4)}},
+                    [](json& h) { h["h"]["shape"] = {3}; });
+  EXPECT_ERROR_HAS(SafetensorsFile::open(file.string()), "'h'", "BF16", "[3]", "needs 6 bytes");
 
   write_safetensors(file, {{"ids", "I64", {1}, std::vector<uint8_t>(8)}});
   EXPECT_ERROR_HAS(SafetensorsFile::open(file.string()), "'ids'", "I64");

@@ -44,6 +44,21 @@ TEST(Rungs, HelpDescribesEveryRung) {
   }
 }
 
+// The state types' names (as --rungs writes them) and stored sizes (bytes per token the bench
+// reports, the buffers the executors allocate); a value outside the enum gets "?" and 0.
+TEST(StateType, NamesAndBytesPerValue) {
+  using model::StateType;
+  EXPECT_STREQ(model::state_type_name(StateType::F32), "f32");
+  EXPECT_STREQ(model::state_type_name(StateType::F16), "f16");
+  EXPECT_STREQ(model::state_type_name(StateType::BF16), "bf16");
+  EXPECT_EQ(model::state_type_bytes(StateType::F32), 4u);
+  EXPECT_EQ(model::state_type_bytes(StateType::F16), 2u);
+  EXPECT_EQ(model::state_type_bytes(StateType::BF16), 2u);
+  const auto outside = static_cast<StateType>(7);
+  EXPECT_STREQ(model::state_type_name(outside), "?");
+  EXPECT_EQ(model::state_type_bytes(outside), 0u);
+}
+
 TEST(Rungs, UnknownOrContradictoryRungsAreRefusedByName) {
   try {
     model::parse_rungs("state-inplace,gating-fusd");

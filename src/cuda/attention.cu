@@ -452,7 +452,7 @@ void rope(DevRows x, int64_t head_dim, int64_t n_rot, float theta, Pos pos, cuda
 }
 
 bool attn_codes_out_ok(int64_t head_dim) {
-  return head_dim % 128 == 0 && head_dim <= kMaxHeadDim;
+  return head_dim > 0 && head_dim % 128 == 0 && head_dim <= kMaxHeadDim;
 }
 
 namespace {

@@ -47,7 +47,10 @@ build() {
 # The worktree of commit $1 (a full hash), built; prints its path.
 built_worktree() {
   local dir=/tmp/gdn-worktrees/$1
-  [ -d "$dir" ] || git worktree add --detach "$dir" "$1" >/dev/null 2>&1
+  if [ ! -d "$dir" ]; then
+    git worktree prune  # one registered by an earlier session whose /tmp is gone
+    git worktree add --detach "$dir" "$1" >/dev/null 2>&1
+  fi
   build "$dir"
   echo "$dir"
 }

@@ -39,9 +39,17 @@ targets=(test_cuda_ladder)
 pack=$(mktemp -d)
 trap 'rm -rf "$pack"' EXIT
 
-# Builds the checkout at $1 (build_portable.sh: gdn and test_cuda_backend, plus targets).
+# Builds the checkout at $1 (build_portable.sh: gdn and test_cuda_backend, plus targets);
+# quiet unless it fails, then the log's end says why.
 build() {
-  (cd "$1" && scripts/build_portable.sh "${targets[@]}" >/dev/null)
+  local log
+  log=$(mktemp)
+  if ! (cd "$1" && scripts/build_portable.sh "${targets[@]}") >"$log" 2>&1; then
+    tail -n 40 "$log" >&2
+    echo "carry_bins.sh: the build in $1 failed (its log's end above)" >&2
+    exit 1
+  fi
+  rm -f "$log"
 }
 
 # The worktree of commit $1 (a full hash), built; prints its path.
@@ -49,7 +57,7 @@ built_worktree() {
   local dir=/tmp/gdn-worktrees/$1
   if [ ! -d "$dir" ]; then
     git worktree prune  # one registered by an earlier session whose /tmp is gone
-    git worktree add --detach "$dir" "$1" >/dev/null 2>&1
+    git worktree add --quiet --detach "$dir" "$1"
   fi
   build "$dir"
   echo "$dir"

@@ -429,14 +429,12 @@ __device__ __forceinline__ float prologue_value(float x, float g, float w, float
   }
 }
 
-// Asks L1 for the 128-byte line holding p. A hint.
-__device__ __forceinline__ void prefetch_l1_line(const float* p) {
-  asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
-}
 // Asks L1 for every 128-byte line of p[0, n) (the CTA's threads share the lines). A hint.
 __device__ __forceinline__ void prefetch_l1_lines(const float* p, int n) {
   const int lines = (n + 31) / 32;
-  for (int l = threadIdx.x; l < lines; l += blockDim.x) prefetch_l1_line(p + 32 * l);
+  for (int l = threadIdx.x; l < lines; l += blockDim.x) {
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(p + 32 * l));
+  }
 }
 
 // The prologue's operands that the staging pass would otherwise fetch from L2 after the norm's

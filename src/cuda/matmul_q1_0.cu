@@ -828,15 +828,6 @@ struct GemvCta {
       }
     }
   }
-  // AddInto's epilogue reads its 16 rows of y (the residual) before it adds and stores them: an
-  // L2 round trip at the very end of the slot's chain, right before the CTA exits and the next
-  // kernel's wait returns. Asked of L1 right after the wait (one line a team, for its first
-  // slot: the decode's AddInto GEMVs have one round), that read hits L1. The weights bypass L1
-  // (ld_stream), so the line stays. A hint: it changes no value, and later slots read L2.
-  __device__ void prefetch_epilogue_rows(const GemvStep& st) const {
-    if (a.epi.kind != Epilogue::AddInto || r16 != 0 || st.slot >= a.n_slots) return;
-    prefetch_l1_line(a.epi.y[0] + int64_t(st.tile) * kTileRows);
-  }
   // This warp's chunk of step st: its first quad within the row tile, and how many of its kQ
   // quads exist (may be <= 0).
   __device__ int chunk_quad(const GemvStep& st) const { return q_begin + st.c * kQ; }
@@ -1109,7 +1100,6 @@ __global__ void __launch_bounds__(32 * gemv_max_warps(kQ))
   pdl_launch_dependents();  // the next kernel may start its own weight loads
   pdl_wait();               // x, gate and the residual come from earlier kernels
   prologue_prefetch_inputs(a.pro);
-  c.prefetch_epilogue_rows(st);
   c.stamp(kTraceWaited);
   c.prologue();
   // Here, not after the slot loop: any fold code after the loop made ptxas give a chunk's first

@@ -988,6 +988,8 @@ struct GemvCta {
   // through a generic pointer may alias the source as far as the compiler knows, so a plain
   // load-store loop waits for L2 once a pass, and the meta once more (ffn_down's 136 blocks
   // on 576 threads: three round trips, ~2 µs from the wait to the codes in the lab's trace).
+  // Measured against the plain loop (H100, 2026-12-06, same call): ffn_down 7.97 -> 7.64 µs,
+  // ssm_out 5.34 -> 5.07, attn_output 5.86 -> 5.55; tg128 342.7 -> 348.2.
   __device__ void copy_codes_in() {
     constexpr int kBatch = 4;
     const uint4* src = reinterpret_cast<const uint4*>(a.act_in);

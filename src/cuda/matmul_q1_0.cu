@@ -771,19 +771,9 @@ struct GemvCta {
   // Codes out: the first row tile of this CTA's own blocks.
   __device__ int own_tile0() const { return static_cast<int>(blockIdx.x) * a.own_rounds * a.teams; }
 
-  // The first step of this team: its first slot, matrix and tile. Slots go team-major, the
-  // last team first: slot k * grid + b is CTA b's, its team teams - 1 - k % teams (a CTA's
-  // slots lie grid apart). So a part-filled last round spreads over many CTAs, one team each,
-  // rather than filling a few CTAs' teams (gate+up's 32 leftover pairs: 8 CTAs of 4 teams,
-  // 2.8 µs of tail in the lab's trace, issue-bound as every full round), and it falls to the
-  // team without warp 0, which hands the codes off after the own rounds.
+  // The first step of this team: its first slot, matrix and tile.
   __device__ GemvStep first_step() const {
-    GemvStep st{(a.teams - 1 - team) * static_cast<int>(gridDim.x) + static_cast<int>(blockIdx.x),
-                0,
-                0,
-                0,
-                0,
-                0};
+    GemvStep st{static_cast<int>(blockIdx.x) * a.teams + team, 0, 0, 0, 0, 0};
     locate(st);
     return st;
   }
@@ -810,26 +800,32 @@ struct GemvCta {
     while (st.m + 1 < kMaxFusedMatrices && st.slot >= a.slot_end[st.m]) ++st.m;
     st.tile = st.slot - (st.m > 0 ? a.slot_end[st.m - 1] : 0);
   }
-  // Thread 0 asks L2 for every weight this CTA will read: the own tiles of both matrices in
-  // bulk, then each of its shared slots' tiles. One thread does it once: asked per step by every
-  // warp, the same requests cost instructions on all 15 warps, in a kernel about half bound by
-  // instruction issue (ncu, H200: ~0.5 issued per scheduler-cycle).
+  // Thread 0 asks L2 for every weight this CTA will read: per round of its slots, the
+  // contiguous row tiles of each matrix (a few bulk prefetches in all). One thread does it once:
+  // asked per step by every warp, the same requests cost instructions on all 15 warps, in a
+  // kernel about half bound by instruction issue (ncu, H200: ~0.5 issued per scheduler-cycle).
   __device__ void prefetch_all() const {
     if (threadIdx.x != 0) return;
-    const auto ask = [&](int m, int tile0, int tiles) {
-      prefetch_l2(a.bits[m] + int64_t(tile0) * a.n_quads * 64, uint32_t(tiles) * a.n_quads * 1024u);
-      prefetch_l2(a.scales[m] + int64_t(tile0) * a.n_quads * 8, uint32_t(tiles) * a.n_quads * 128u);
-    };
-    const int grid = static_cast<int>(gridDim.x);
-    if (a.own_rounds > 0) {  // pair
-      for (int m = 0; m < 2; ++m) ask(m, own_tile0(), a.own_rounds * a.teams);
+    const int stride = gridDim.x * a.teams;
+    const uint32_t tile_bits = uint32_t(a.n_quads) * 1024u,
+                   tile_scales = uint32_t(a.n_quads) * 128u;
+    if (a.own_rounds > 0) {  // pair: the own tiles of both matrices, then the shared rounds
+      for (int m = 0; m < 2; ++m) {
+        const int t0 = own_tile0(), n = a.own_rounds * a.teams;
+        prefetch_l2(a.bits[m] + int64_t(t0) * a.n_quads * 64, uint32_t(n) * tile_bits);
+        prefetch_l2(a.scales[m] + int64_t(t0) * a.n_quads * 8, uint32_t(n) * tile_scales);
+      }
     }
-    const int first = static_cast<int>(blockIdx.x) + a.own_rounds * a.teams * grid;
-    for (int m = 0; m < kMaxFusedMatrices; ++m) {  // matrix m's slots [begin, end)
-      const int begin = pair || m == 0 ? 0 : a.slot_end[m - 1];
-      const int end = pair ? (m < 2 ? a.n_slots : 0) : a.slot_end[m];
-      const int skip = begin > first ? (begin - first + grid - 1) / grid : 0;
-      for (int s = first + skip * grid; s < end; s += grid) ask(m, s - begin, 1);
+    for (int s0 = blockIdx.x * a.teams + a.own_rounds * stride; s0 < a.n_slots; s0 += stride) {
+      const int s1 = min(s0 + a.teams, a.n_slots);
+      for (int m = 0; m < kMaxFusedMatrices; ++m) {
+        const int begin = pair || m == 0 ? 0 : a.slot_end[m - 1];
+        const int end = pair ? (m < 2 ? a.n_slots : 0) : a.slot_end[m];
+        const int t0 = max(s0, begin) - begin, t1 = min(s1, end) - begin;
+        if (t1 <= t0) continue;
+        prefetch_l2(a.bits[m] + int64_t(t0) * a.n_quads * 64, uint32_t(t1 - t0) * tile_bits);
+        prefetch_l2(a.scales[m] + int64_t(t0) * a.n_quads * 8, uint32_t(t1 - t0) * tile_scales);
+      }
     }
   }
   // This warp's chunk of step st: its first quad within the row tile, and how many of its kQ

@@ -794,8 +794,6 @@ struct GemvCta {
   __device__ void locate(GemvStep& st) const {
     if (pair) {
       st.m = st.ms;
-      if (st.round == a.own_rounds)  // the shared rounds go team-major, last team first
-        st.slot = st.round * gridDim.x * a.teams + (a.teams - 1 - team) * gridDim.x + blockIdx.x;
       st.tile = st.round < a.own_rounds ? own_tile0() + st.round * a.teams + team : st.slot;
       return;
     }
@@ -803,8 +801,7 @@ struct GemvCta {
     st.tile = st.slot - (st.m > 0 ? a.slot_end[st.m - 1] : 0);
   }
   // Thread 0 asks L2 for every weight this CTA will read: per round of its slots, the
-  // contiguous row tiles of each matrix (a few bulk prefetches in all; a pair's shared rounds
-  // tile by tile, as locate orders them). One thread does it once:
+  // contiguous row tiles of each matrix (a few bulk prefetches in all). One thread does it once:
   // asked per step by every warp, the same requests cost instructions on all 15 warps, in a
   // kernel about half bound by instruction issue (ncu, H200: ~0.5 issued per scheduler-cycle).
   __device__ void prefetch_all() const {
@@ -812,24 +809,18 @@ struct GemvCta {
     const int stride = gridDim.x * a.teams;
     const uint32_t tile_bits = uint32_t(a.n_quads) * 1024u,
                    tile_scales = uint32_t(a.n_quads) * 128u;
-    if (pair) {  // the own tiles of both matrices, then the shared rounds' (locate: grid apart)
+    if (a.own_rounds > 0) {  // pair: the own tiles of both matrices, then the shared rounds
       for (int m = 0; m < 2; ++m) {
         const int t0 = own_tile0(), n = a.own_rounds * a.teams;
-        if (n > 0) {
-          prefetch_l2(a.bits[m] + int64_t(t0) * a.n_quads * 64, uint32_t(n) * tile_bits);
-          prefetch_l2(a.scales[m] + int64_t(t0) * a.n_quads * 8, uint32_t(n) * tile_scales);
-        }
-        for (int t = blockIdx.x + a.own_rounds * stride; t < a.n_slots; t += gridDim.x) {
-          prefetch_l2(a.bits[m] + int64_t(t) * a.n_quads * 64, tile_bits);
-          prefetch_l2(a.scales[m] + int64_t(t) * a.n_quads * 8, tile_scales);
-        }
+        prefetch_l2(a.bits[m] + int64_t(t0) * a.n_quads * 64, uint32_t(n) * tile_bits);
+        prefetch_l2(a.scales[m] + int64_t(t0) * a.n_quads * 8, uint32_t(n) * tile_scales);
       }
-      return;
     }
     for (int s0 = blockIdx.x * a.teams + a.own_rounds * stride; s0 < a.n_slots; s0 += stride) {
       const int s1 = min(s0 + a.teams, a.n_slots);
       for (int m = 0; m < kMaxFusedMatrices; ++m) {
-        const int begin = m == 0 ? 0 : a.slot_end[m - 1], end = a.slot_end[m];
+        const int begin = pair || m == 0 ? 0 : a.slot_end[m - 1];
+        const int end = pair ? (m < 2 ? a.n_slots : 0) : a.slot_end[m];
         const int t0 = max(s0, begin) - begin, t1 = min(s1, end) - begin;
         if (t1 <= t0) continue;
         prefetch_l2(a.bits[m] + int64_t(t0) * a.n_quads * 64, uint32_t(t1 - t0) * tile_bits);

@@ -1406,7 +1406,10 @@ size_t gemv_layout(Q1GemvArgs& a) {
 // 14.94 -> 15.54 µs, tg128 338.3 -> 329.5 (H100, 2026-12-05). In gemv_lab it did shorten
 // gate+up's tail (that round's 8 CTAs ended ~3 µs after the median CTA; with the split, 2 µs),
 // but its ~52 instructions in the shared slot loop made every GEMV that never splits 1-9%
-// slower, and the decode lost more than gate+up gained.
+// slower, and the decode lost more than gate+up gained. The same round spread over 32 CTAs'
+// last team instead (slots team-major, H100, 2026-12-06): tg128 −6% for every GEMV (a 16-byte
+// spill), −2.8% for a pair's shared rounds alone (no spill, the dot loop moved; ffn_down, which
+// runs none of it, 7.62 -> 8.29 µs).
 int gemv_teams(int kQ, int slices, int n_slots, int n_sm) {
   const int cap = std::max(1, std::min(gemv_max_warps(kQ) / slices, 15));  // barriers 1..15
   int best = 1;

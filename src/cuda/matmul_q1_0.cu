@@ -1002,7 +1002,7 @@ struct GemvCta {
       for (int k = 0; k < kBatch; ++k) {
         const int i = i0 + k * step;
         if (i < n) v[k] = __ldcg(src + i);
-        if (i < a.blocks_in) m[k] = __ldcg(msrc + i);  // blocks_in < n: within the first batch
+        if (i < a.blocks_in) m[k] = __ldcg(msrc + i);  // blocks_in < n: every meta on the way
       }
 #pragma unroll
       for (int k = 0; k < kBatch; ++k) {

@@ -12,8 +12,8 @@
 # --op per name; OPS_PERF=1: with --perf],
 # opsperf, ladder, benchladder, nulls, benchbase [baseline granularity + graphs], tg [tg128
 # alone], prevbench, prevbenchbase, prevtimeline and prevtg [bench, benchbase, timeline and tg
-# with a carried gdn_prev], prevlab [the lab carried as gemv_lab_prev], alttg and alttimeline
-# [tg and timeline with a carried gdn_alt, a second variant], benchnographs, compare,
+# with a carried gdn_prev], prevlab [the lab carried as gemv_lab_prev], alttg, alttimeline and
+# altbench [tg, timeline and bench with a carried gdn_alt, a second variant], benchnographs, compare,
 # comparef32).
 # Every log comes back in $OUT/logs.tgz: the script moves them there as it ends, so a command
 # that reads a log on the GPU machine must do so before then (e.g. by a step of its own).
@@ -136,6 +136,7 @@ for s in "${steps[@]}"; do
     # A second variant (gdn_alt, carried like gdn_prev) beside the change and its baseline.
     alttg) run_step alttg "$bin/gdn_alt" bench -p 0 -r 3 --rounds 2 ;;
     alttimeline) run_step alttimeline "$bin/gdn_alt" bench --timeline -n 16 ;;
+    altbench) run_step altbench "$bin/gdn_alt" bench -r 3 --rounds 2 ;;
     benchnographs) run_step benchnographs "$bin/src/app/gdn" bench -r 3 --rounds 2 --rungs all,-graphs ;;
     compare) run_step compare "$bin/src/app/gdn" eval --preset bonsai-27b --type q1_0 \
       --random-ids 128 --mode decode --compare cpu ;;

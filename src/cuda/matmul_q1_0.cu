@@ -840,7 +840,6 @@ struct GemvCta {
   // 348.4 / 348.7 -> 344.5 / 343.3 (H200, 2026-12-04, same call). Not understood: the only
   // difference is the code around an empty call.
   __device__ void prologue() {
-    ask_l1_for_rest_of_x();
     copy_codes_in();
     quantise_x();
     stamp(kTraceQuantised);
@@ -1012,17 +1011,6 @@ struct GemvCta {
         if (i < a.blocks_in) meta[i] = ActMeta{__int_as_float(m[k].x), m[k].y};
       }
     }
-  }
-
-  // Codes in, blocks past them (ffn_down: 132 blocks copied, 4 quantised from x): their x
-  // asked of L1 before the codes' loads, so that both come from L2 in one round trip. Loaded
-  // after the codes' stores to shared memory (which may alias x as far as the compiler knows),
-  // x waited for them; held in registers across the copy instead, it made ptxas spill 36
-  // bytes, two of their loads in the dot loop (by cp.async, 8 bytes).
-  __device__ void ask_l1_for_rest_of_x() const {
-    if (a.blocks_in == 0) return;
-    const int first = a.blocks_in * kBlock;
-    prefetch_l1_lines(a.pro.x + first, min(a.pro.n_in, a.n_blocks * kBlock) - first);
   }
 
   // Codes out: after its last own slot every warp arrives; warp 0 waits for all,

@@ -13,8 +13,8 @@
 # opsperf, ladder, benchladder, nulls, benchbase [baseline granularity + graphs], tg [tg128
 # alone], prevbench, prevbenchbase, prevtimeline and prevtg [bench, benchbase, timeline and tg
 # with a carried gdn_prev], prevlab [the lab carried as gemv_lab_prev], alttg, alttimeline and
-# altbench [tg, timeline and bench with a carried gdn_alt, a second variant], benchnographs, compare,
-# comparef32).
+# altbench [tg, timeline and bench with a carried gdn_alt, a second variant], benchnographs,
+# compare, comparef32).
 # Every log comes back in $OUT/logs.tgz: the script moves them there as it ends, so a command
 # that reads a log on the GPU machine must do so before then (e.g. by a step of its own).
 set -uo pipefail

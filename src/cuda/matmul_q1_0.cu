@@ -992,8 +992,8 @@ struct GemvCta {
   // ssm_out 5.34 -> 5.07, attn_output 5.86 -> 5.55; tg128 342.7 -> 348.2.
   // ffn_down's x past the codes (4 blocks, quantised after the copy) is loaded after the
   // copy's stores, a second round trip. Left so (H100, 2026-12-06, same call): asked of L1
-  // before the copy, the lab's wait -> quantised went 1.79 -> 1.54 µs but wait -> exit stayed
-  // 6.14 µs, and the decode's ffn_down took 7.71 µs against 7.61, tg128 -0.5%; held in
+  // before the copy, the lab's wait -> quantised went 1.79 -> 1.54 µs but wait -> exit 6.14 ->
+  // 6.15 µs, and the decode's ffn_down took 7.71 µs against 7.61, tg128 -0.5%; held in
   // registers across the copy, or sent by cp.async, ptxas spilled 36 or 8 bytes at 96.
   __device__ void copy_codes_in() {
     constexpr int kBatch = 4;

@@ -4,7 +4,8 @@
 # $OUT and a short summary last. Steps are chosen by name: scripts/device.sh ops tests lab bench
 # (also: chain [bench/chain_lab, the persistent GEMV chain], smbw [bench/sm_bw_lab, the DRAM
 # bandwidth of G SMs], icache [bench/icache_lab, what cold code costs], ncu [the one-launch
-# GEMV's stall reasons per SASS line], ncuchain [the same for the chain kernel], profile
+# GEMV's stall reasons per SASS line], ncudecode [the same in decode steps], ncuchain [the
+# same for the chain kernel], profile
 # [every kernel's time in decode steps, one at a time under ncu], prefillprofile [the
 # same for pp512 prefills], sass, prevsass, altsass [the
 # one-launch GEMV's SASS of gdn, gdn_prev, gdn_alt], timeline and timelinebase [gdn bench
@@ -50,16 +51,19 @@ run_step() {  # name, command...
   summary+=("$(printf '%-10s rc=%-3s %4ss  %s' "$name" "$rc" "$((SECONDS - t0))" "$(tail -n 1 "$out/$name.log")")")
 }
 
-# One launch of a kernel under ncu and its stall reasons per SASS line: step name, kernel
-# regex, launches of it skipped first, the binary.
+# Launches of a kernel under ncu and their stall reasons per SASS line: step name, kernel
+# regex, launches of it skipped first, then the command (NCU_COUNT launches, default 1;
+# warp-state samples every 2^(5 + NCU_SAMPLING) cycles, default 0: the densest).
 ncu_stalls() {
-  local name=$1 kernel=$2 skip=$3 exe=$4
+  local name=$1 kernel=$2 skip=$3
+  shift 3
   run_step "$name" ncu --clock-control none --cache-control "${NCU_CACHE:-none}" \
-    --kernel-name-base demangled -k "regex:$kernel" --launch-skip "$skip" --launch-count 1 \
+    --kernel-name-base demangled -k "regex:$kernel" --launch-skip "$skip" \
+    --launch-count "${NCU_COUNT:-1}" --warp-sampling-interval "${NCU_SAMPLING:-0}" \
     --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
-    --section InstructionStats --section SourceCounters -f -o "$out/$name" "$exe"
+    --section InstructionStats --section SourceCounters -f -o "$out/$name" "$@"
   run_step "$name-details" ncu --import "$out/$name.ncu-rep" --page details
-  run_step "$name-source" ncu --import "$out/$name.ncu-rep" --page source --print-source sass
+  run_step "$name-source" ncu --import "$out/$name.ncu-rep" --page source --print-source sass --csv
 }
 
 # The SASS of a binary's one-launch Q1_0 GEMV (kQ = 2): step name, the binary. Only the
@@ -115,6 +119,11 @@ for s in "${steps[@]}"; do
     # The chain kernel: by default bench/chain_lab's second check run (chain 1: x from L2, warp
     # tiles, the producer held).
     ncuchain) ncu_stalls ncuchain q1_chain_kernel "${NCU_CHAIN_SKIP:-1}" "$bin/bench/chain_lab" ;;
+    # The one-launch GEMV in the decode itself (graphs off, so ncu sees each launch):
+    # NCU_COUNT consecutive launches (default 4, a layer's worth) from the NCU_SKIP-th (default
+    # 1285, a few tokens in); the details page tells the steps apart by grid and shared memory.
+    ncudecode) NCU_COUNT=${NCU_COUNT:-4} ncu_stalls ncudecode q1_gemv_kernel \
+      "${NCU_SKIP:-1285}" "$bin/src/app/gdn" bench -p 0 -n 16 -r 1 --rounds 1 --rungs all,-graphs ;;
     # The one-launch Q1_0 GEMV's SASS (sm_90a), for counting instructions per slot; prevsass and
     # altsass: the same for gdn_prev and gdn_alt, to compare the code two variants run.
     sass) gemv_sass sass "$bin/src/app/gdn" ;;

@@ -99,11 +99,11 @@ namespace gdn::cuda::mm {
 namespace {
 
 constexpr int kBlockBytes = 18;  // fp16 d + 16 bytes of bits (file layout)
-// Warps a one-launch GEMV CTA may hold (teams x (slices + an epilogue warp); its register
-// budget: 16384 registers a scheduler for up to a quarter of them, 80 for kQ = 2, 128 for kQ =
-// 4). Enough that four teams of the 5 dot warps of a 5120-long row fit (gemv_teams).
+// Dot warps a one-launch GEMV CTA may hold (teams x slices, besides its epilogue warp; its
+// register budget, 65536 / (32 * (warps + 1)): 97 for kQ = 2, whose kernel uses 96). More than
+// max_slices so that four teams of the 5 warps of a 5120-long row fit (gemv_teams).
 constexpr int gemv_max_warps(int kQ) {
-  return kQ == 2 ? 24 : 16;
+  return kQ == 2 ? 20 : 12;
 }
 constexpr int kBatchTokensQ1 = 16;   // tokens per CTA of the batched kernel (weights reused)
 constexpr int kQuantizeBlocks = 16;  // blocks per CTA of the quantise kernel (16 threads each)
@@ -691,8 +691,7 @@ constexpr int kTraceSlotCount = (kGemvTraceEvents - 1 - kTraceSlots) / kTraceSlo
 // issue (ncu, H200), where each step used to compute sub / chunks, sub % chunks and the slot's
 // matrix afresh (4 integer divisions in the SASS). Its share of the gain was not isolated: with
 // the eighth-block quantiser, a slot went from ~1.5 to ~1.3 us.
-// The codes hand-off: the epilogue warps' named barrier, and the row tiles of a 128-row block.
-constexpr int kCodesBarrier = 1;
+// The codes hand-off: the row tiles of a 128-row block.
 constexpr int kTilesPerBlock = kBlock / kTileRows;
 
 struct GemvStep {
@@ -739,7 +738,7 @@ struct GemvCta {
         lane(threadIdx.x & 31),
         warp(threadIdx.x >> 5),
         dot_warps(args.teams * args.slices),
-        team(warp < dot_warps ? warp / args.slices : warp - dot_warps),
+        team(warp / args.slices),
         slice(warp % args.slices),
         pair(args.epi.kind == Epilogue::SiluMulPair),
         conv(args.epi.kind == Epilogue::ConvSilu),
@@ -747,8 +746,8 @@ struct GemvCta {
         quads(max(0, min(args.chunks * kQ, args.n_quads - q_begin))),
         math(lane) {}
 
-  // The teams' epilogue warps: the CTA's last, one a team after the dot warps.
-  __device__ bool epilogue_warp() const { return warp >= dot_warps; }
+  // The epilogue warp: the CTA's last, after the teams' dot warps.
+  __device__ bool epilogue_warp() const { return warp == dot_warps; }
   // Team t's slot hand-over for the slots of parity p: ready when the team's slice sums are in
   // `red` (every lane of its warps arrived), free when the epilogue warp has read them.
   __device__ uint64_t* ready_bar(int t, int p) const { return bars + 2 * t + p; }
@@ -1047,16 +1046,12 @@ struct GemvCta {
     }
   }
 
-  // Codes out: once every epilogue warp has stored its own rows (their lanes wrote them to
-  // `stage`, in the staging layout), team 0's quantises the CTA's own blocks from there with
+  // Codes out: once the epilogue warp has stored every own row (its lanes wrote them to
+  // `stage`, in the staging layout), it quantises the CTA's own blocks from there with
   // quantize_eighths, as the consumer's prologue would, into act_out / meta_out. No GPU-wide
   // round trip: the consumer's pdl_wait orders the codes.
   __device__ void hand_off_codes() {
-    if (team != 0) {
-      bar_arrive(kCodesBarrier, 32 * a.teams);
-      return;
-    }
-    bar_sync(kCodesBarrier, 32 * a.teams);
+    __syncwarp();  // every lane's staged rows
     const int n = a.own_blocks * 16, u_base = static_cast<int>(blockIdx.x) * n;
     for (int u0 = 0; u0 < n; u0 += 32) {
       const int uc[1] = {min(u0 + lane, n - 1)};
@@ -1100,29 +1095,31 @@ struct GemvCta {
     parity ^= 1;
   }
 
-  // The team's epilogue warp: each of the team's slots in turn as its sums arrive. Lane r < 16
-  // takes row r of the slot: the slices' sums added in slice order (sum_slices), then
-  // matmul.cuh's epilogue_store; ConvSilu's taps are copied into shared memory as the slot
-  // before is done, long before its epilogue reads them.
+  // The epilogue warp: every slot's epilogue, round by round and team by team within a round,
+  // as each team's sums arrive. Lane r < 16 takes row r of the slot: the slices' sums added in
+  // slice order (sum_slices), then matmul.cuh's epilogue_store; ConvSilu's taps are copied into
+  // shared memory at the start of the round, long before the epilogue reads them.
   __device__ void run_epilogues() {
-    const int t = team;
-    GemvStep s = step_at(t, 0);
-    if (conv) issue_slot_taps(s);
-    for (int j = 0; s.slot < a.n_slots; ++j) {
-      mbar_wait(ready_bar(t, j & 1), (j >> 1) & 1);
-      stamp_slot(j, kTraceBarrier, t == 0 && lane == 0);
-      const GemvStep next = step_at(t, j + 1);
-      epilogue(s, t, j);
-      if (conv) issue_slot_taps(next);
-      stamp_slot(j, kTraceStored, t == 0 && lane == 0);
+    for (int j = 0; step_at(0, j).slot < a.n_slots; ++j) {
+      if (conv) issue_round_taps(j);
+      for (int t = 0; t < a.teams; ++t) {
+        const GemvStep s = step_at(t, j);
+        if (s.slot >= a.n_slots) break;
+        mbar_wait(ready_bar(t, j & 1), (j >> 1) & 1);
+        stamp_slot(j, kTraceBarrier, t == 0 && lane == 0);
+        epilogue(s, t, j);
+        stamp_slot(j, kTraceStored, t == 0 && lane == 0);
+      }
       if (j + 1 == a.own_rounds) hand_off_codes();
-      s = next;
     }
   }
-  __device__ void issue_slot_taps(const GemvStep& s) const {
-    const int64_t row = int64_t(s.tile) * kTileRows + lane;
-    if (s.slot < a.n_slots && s.m == 0 && lane < kTileRows && row < a.n_out[0])
-      issue_conv_taps(a.epi, row, taps_of(team, lane));
+  __device__ void issue_round_taps(int j) const {
+    for (int t = 0; t < a.teams && lane < kTileRows; ++t) {
+      const GemvStep s = step_at(t, j);
+      const int64_t row = int64_t(s.tile) * kTileRows + lane;
+      if (s.slot < a.n_slots && s.m == 0 && row < a.n_out[0])
+        issue_conv_taps(a.epi, row, taps_of(t, lane));
+    }
   }
   // Team t's slot s of round j: its rows' sums read (then the buffer is free again), the
   // epilogue, and for the own rounds of codes out the row staged for hand_off_codes.
@@ -1149,18 +1146,18 @@ struct GemvCta {
 };
 
 // A dot warp's weight loads, one step ahead: issue(st, k) sends step st's (the warp's k-th),
-// take(st, k) gives it back once it has landed, shift() moves on. For kQ = 2 (the decode's)
-// through shared memory by cp.async, two slots a lane: no register holds a step in flight, so
-// the kernel fits 80 registers, which its 24 warps allow (16384 registers a scheduler for up to
-// 6 warps; with two register buffers, 96 registers, ptxas spilled 96 bytes at 80). For kQ = 4
+// take(st, k, t) gives it back in t once it has landed. For kQ = 2 (the decode's) through
+// shared memory by cp.async, two slots a lane: no register holds a step in flight, so the
+// kernel fits 80 registers, which its 21 warps allow (16384 registers a scheduler for up to 6
+// warps; with two register buffers, 96 registers, ptxas spilled 96 bytes at 80). For kQ = 4
 // (chunks twice as long, whose two slots would not fit beside a long row's staging) in a
-// second register buffer, moved into the first.
+// second register buffer, moved to t.
 template <int kQ>
 struct GemvWeights {
   static constexpr bool kShared = kQ == 2;
   static constexpr int kWords = 3 * kQ;  // uint4s a lane a step: per quad two of bits, scales
   uint4* slots;                          // [2][kWords][dot threads] (kShared)
-  ChunkLoads<kQ> cur, next;              // next: !kShared
+  ChunkLoads<kQ> next;                   // (!kShared)
   template <class Cta>
   __device__ explicit GemvWeights(const Cta& c)
       : slots(reinterpret_cast<uint4*>(reinterpret_cast<unsigned char*>(c.stage) +
@@ -1192,23 +1189,21 @@ struct GemvWeights {
     if constexpr (kShared) cp_async_commit();  // one group a step, so that take counts them
   }
   template <class Cta>
-  __device__ const ChunkLoads<kQ>& take(const Cta& c, const GemvStep& st, int k) {
+  __device__ void take(const Cta& c, const GemvStep& st, int k, ChunkLoads<kQ>& t) {
     if constexpr (kShared) {
       cp_async_wait<1>();  // all but the step after st: st's own copies have landed
       const int quads = c.chunk_quads(st);
 #pragma unroll
       for (int i = 0; i < kQ; ++i) {
         if (i < quads) {
-          cur.bits[i][0] = *slot(c, k, 3 * i);
-          cur.bits[i][1] = *slot(c, k, 3 * i + 1);
-          cur.scales[i] = *slot(c, k, 3 * i + 2);
+          t.bits[i][0] = *slot(c, k, 3 * i);
+          t.bits[i][1] = *slot(c, k, 3 * i + 1);
+          t.scales[i] = *slot(c, k, 3 * i + 2);
         }
       }
+    } else {
+      t = next;
     }
-    return cur;
-  }
-  __device__ void shift() {
-    if constexpr (!kShared) cur = next;
   }
 };
 
@@ -1217,17 +1212,16 @@ struct GemvWeights {
 // registers and asks L2 for all of its weights (weights never depend on the previous kernel),
 // then pdl_wait(), the prologue, and the product: `teams` teams of `slices` warps,
 // each team striding over slots (a row tile of one matrix; for SiluMulPair a row tile of both,
-// gate then up), the next step's loads issued before the current one is processed, and an
-// epilogue warp a team that finishes each of its slots (GemvCta::run_epilogues).
+// gate then up), the next step's loads issued before the current one is processed, and one
+// epilogue warp that finishes each slot (GemvCta::run_epilogues).
 template <int kQ, bool kTraced>
-__global__ void __launch_bounds__(32 * gemv_max_warps(kQ))
+__global__ void __launch_bounds__(32 * (gemv_max_warps(kQ) + 1))
     q1_gemv_kernel(const __grid_constant__ Q1GemvArgs a) {
   extern __shared__ float4 smem4[];
   GemvCta<kQ, kTraced> c(a, reinterpret_cast<unsigned char*>(smem4));
   GemvStep st = c.first_step();
   GemvWeights<kQ> w(c);
   w.issue(c, st, 0);
-  w.shift();
   if (a.fold_rows[1] > 0) c.stage_fold_chunk();
   c.init_bars();
   c.prefetch_all();
@@ -1250,7 +1244,7 @@ __global__ void __launch_bounds__(32 * gemv_max_warps(kQ))
   c.stamp(kTracePrologue);
   if (c.epilogue_warp()) {
     c.run_epilogues();
-    c.stamp(kGemvTraceEvents - 1, c.team == 0 && c.lane == 0);
+    c.stamp(kGemvTraceEvents - 1, c.lane == 0);  // the CTA's last work
     return;
   }
   // The next step's loads go out before the current step is processed (GemvWeights). Not
@@ -1260,13 +1254,14 @@ __global__ void __launch_bounds__(32 * gemv_max_warps(kQ))
   // no_instruction 25-36% of the stall samples, long scoreboard (memory) 6-8%. One copy: qkv
   // step 13.24 -> 12.93 µs, q+k+v 8.73 -> 8.08, ffn_down 7.67 -> 7.39, tg128 316.2 / 316.8 ->
   // 324.2 / 324.4 (bench/RESULTS.md).
+  ChunkLoads<kQ> t;
 #pragma unroll 1
   for (int k = 0; st.slot < a.n_slots; ++k) {
     GemvStep s1 = st;
     c.advance(s1);
     w.issue(c, s1, k + 1);
-    c.process(st, w.take(c, st, k));
-    w.shift();
+    w.take(c, st, k, t);
+    c.process(st, t);
     st = s1;
   }
 }
@@ -1541,7 +1536,7 @@ size_t gemv_layout(Q1GemvArgs& a) {
 // runs none of it, 7.62 -> 8.29 µs).
 int gemv_teams(int kQ, int slices, int n_slots, int n_sm) {
   // At most 15 teams: the launch shapes measured when each team had a named barrier (1..15).
-  const int cap = std::max(1, std::min(gemv_max_warps(kQ) / (slices + 1), 15));
+  const int cap = std::max(1, std::min(gemv_max_warps(kQ) / slices, 15));
   int best = 1;
   int64_t best_rounds = 0;
   for (int t = 1; t <= cap; ++t) {
@@ -1627,14 +1622,10 @@ GemvShape teams_shape(const FusedGemv& f) {
   fold_args(f, a);
   const int n_sm = usable_sms(f);
   a.teams = gemv_teams(kQ, a.slices, a.n_slots, n_sm);
-  const void* kernel = reinterpret_cast<const void*>(&q1_gemv_kernel<kQ, kTraced>);
+  g.threads = 32 * (a.slices * a.teams + 1);  // the teams and the epilogue warp
   g.smem = gemv_layout<kQ>(a);
-  while (g.smem > allow_max_smem(kernel) && a.teams > 1) {  // the weight slots grow with teams
-    --a.teams;
-    g.smem = gemv_layout<kQ>(a);
-  }
+  const void* kernel = reinterpret_cast<const void*>(&q1_gemv_kernel<kQ, kTraced>);
   if (g.smem > allow_max_smem(kernel)) fail_shape(f, "does not fit", g.smem);
-  g.threads = 32 * (a.slices + 1) * a.teams;  // the teams' dot and epilogue warps
   const int per_sm = occupancy(kernel, g.threads, g.smem);
   if (per_sm < 1) fail_shape(f, "has no CTA that fits", g.smem);
   g.grid = static_cast<unsigned>(

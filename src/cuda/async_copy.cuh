@@ -32,17 +32,6 @@ __device__ __forceinline__ void mbar_wait(uint64_t* b, unsigned parity) {
       "r"(parity)
       : "memory");
 }
-// The same wait as a loop the compiler sees (no branch inside the asm).
-__device__ __forceinline__ bool mbar_try_wait(uint64_t* b, unsigned parity) {
-  uint32_t done;
-  asm volatile(
-      "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-      " selp.u32 %0, 1, 0, p;\n}"
-      : "=r"(done)
-      : "r"(smem_addr(b)), "r"(parity)
-      : "memory");
-  return done != 0;
-}
 // bytes (a multiple of 16) from global src to shared dst (both 16-byte aligned), completing
 // as transaction bytes on the mbarrier b.
 __device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, uint64_t* b) {

@@ -99,9 +99,9 @@ namespace gdn::cuda::mm {
 namespace {
 
 constexpr int kBlockBytes = 18;  // fp16 d + 16 bytes of bits (file layout)
-// Dot warps a one-launch GEMV CTA may hold (teams x slices, besides its epilogue warp; its
-// register budget, 65536 / (32 * (warps + 1)): 97 for kQ = 2, whose kernel uses 96). More than
-// max_slices so that four teams of the 5 warps of a 5120-long row fit (gemv_teams).
+// Warps a one-launch GEMV CTA may hold (teams x slices; its register budget, 65536 / (32 *
+// warps): 102 for kQ = 2, whose kernel uses 96). More than max_slices so that four teams of the
+// 5 warps of a 5120-long row fit (gemv_teams).
 constexpr int gemv_max_warps(int kQ) {
   return kQ == 2 ? 20 : 12;
 }
@@ -638,8 +638,7 @@ struct Q1GemvArgs {
   int n_out[kMaxFusedMatrices];
   int n_quads, n_blocks, n_stage;  // n_blocks = n_quads * 4 (padded); n_stage = n_blocks * 128
   int slices, chunks, teams, n_slots;
-  int off_act, off_meta, off_sums, off_red, off_taps, off_bars,
-      off_weights;  // bytes into the dynamic shared memory
+  int off_act, off_meta, off_sums, off_red, off_taps;  // bytes into the dynamic shared memory
   uint64_t* trace;  // the lab's timeline (q1_0_gemv_traced: the kTraced kernel), else null
   // The codes hand-off (FusedGemv::codes_out / codes_in_blocks). Out: CTA c's first own_rounds
   // slots per team are the row tiles of its own 128-row blocks [c * own_blocks, (c + 1) *
@@ -670,9 +669,8 @@ struct Q1GemvArgs {
 
 // The lab's timeline events (thread 0, so team 0): entry, pdl_wait returned, its warp's norm
 // sums done, the sums' barrier passed (the prologue_sums marks; none without a norm), its
-// eighths quantised, prologue done (barrier), then for team 0's slot of round k <
-// kTraceSlotCount: its sums handed over, the epilogue warp past their mbarrier, the rows stored
-// (the epilogue warp's lane 0); exit (the last, the epilogue warp's).
+// eighths quantised, prologue done (barrier), then for slot k < kTraceSlotCount: its sums in
+// shared memory, the team's barrier passed, its rows stored; exit (the last).
 enum GemvTraceEvent {
   kTraceEntry,
   kTraceWaited,
@@ -691,7 +689,9 @@ constexpr int kTraceSlotCount = (kGemvTraceEvents - 1 - kTraceSlots) / kTraceSlo
 // issue (ncu, H200), where each step used to compute sub / chunks, sub % chunks and the slot's
 // matrix afresh (4 integer divisions in the SASS). Its share of the gain was not isolated: with
 // the eighth-block quantiser, a slot went from ~1.5 to ~1.3 us.
-// The codes hand-off: the row tiles of a 128-row block.
+// The codes hand-off: the named barrier of a CTA's hand-off (teams use 1..teams), and the
+// row tiles of a 128-row block.
+constexpr int kCodesBarrier = 15;
 constexpr int kTilesPerBlock = kBlock / kTileRows;
 
 struct GemvStep {
@@ -703,9 +703,8 @@ struct GemvStep {
 // One thread's view of a one-launch GEMV CTA: the prologue, the per-slot product, reduction
 // and epilogue. Shared memory (host: gemv_layout): staged p(x) [n_stage floats] | act
 // [n_blocks][32] | meta [n_blocks] | norm sums and scales | slice sums [2 parities][2 pair
-// matrices][dot warps][16] | ConvSilu's taps [teams][16][kConvTapFloats] | the slot hand-over's
-// mbarriers [2][teams][2] | kQ = 2: the dot warps' weights a step ahead (GemvWeights) | folded
-// rows: the row's chunks [fold_chunks] (uint4) and their parts [fold_per][fold_ranges].
+// matrices][warps][16] | ConvSilu's taps [teams][16][kConvTapFloats] | folded rows: the row's
+// chunks [fold_chunks] (uint4) and their parts [fold_per][fold_ranges].
 template <int kQ, bool kTraced>
 struct GemvCta {
   const Q1GemvArgs& a;
@@ -715,10 +714,10 @@ struct GemvCta {
   float* sums;
   float* scales;
   float* red;
-  float* taps;     // ConvSilu: [teams][16 rows][kConvTapFloats]
-  uint64_t* bars;  // the slot hand-over's mbarriers: ready [teams][2], then free [teams][2]
-  int lane, warp, dot_warps, team, slice;
+  float* taps;  // ConvSilu: [teams][16 rows][kConvTapFloats]
+  int lane, warp, n_warps, team, slice;
   bool pair, conv;
+  int r16;             // this thread's row of a slot in the epilogue (< 16: one of the team's 16)
   int q_begin, quads;  // quads: of this warp's slice
   BmmaMath math;
   float2 acc = make_float2(0.0f, 0.0f);
@@ -734,46 +733,29 @@ struct GemvCta {
         scales(sums + args.pro.n_sums),
         red(reinterpret_cast<float*>(smem + args.off_red)),
         taps(reinterpret_cast<float*>(smem + args.off_taps)),
-        bars(reinterpret_cast<uint64_t*>(smem + args.off_bars)),
         lane(threadIdx.x & 31),
         warp(threadIdx.x >> 5),
-        dot_warps(args.teams * args.slices),
+        n_warps(blockDim.x >> 5),
         team(warp / args.slices),
         slice(warp % args.slices),
         pair(args.epi.kind == Epilogue::SiluMulPair),
         conv(args.epi.kind == Epilogue::ConvSilu),
+        r16(static_cast<int>(threadIdx.x) - team * args.slices * 32),
         q_begin(slice * args.chunks * kQ),
         quads(max(0, min(args.chunks * kQ, args.n_quads - q_begin))),
         math(lane) {}
 
-  // The epilogue warp: the CTA's last, after the teams' dot warps.
-  __device__ bool epilogue_warp() const { return warp == dot_warps; }
-  // Team t's slot hand-over for the slots of parity p: ready when the team's slice sums are in
-  // `red` (every lane of its warps arrived), free when the epilogue warp has read them.
-  __device__ uint64_t* ready_bar(int t, int p) const { return bars + 2 * t + p; }
-  __device__ uint64_t* free_bar(int t, int p) const { return bars + 2 * (a.teams + t) + p; }
-  __device__ void init_bars() const {
-    if (threadIdx.x != 0) return;  // before the prologue's barrier, which publishes them
-    for (int t = 0; t < a.teams; ++t) {
-      for (int p = 0; p < 2; ++p) {
-        mbar_init(ready_bar(t, p), 32 * a.slices);
-        mbar_init(free_bar(t, p), 32);
-      }
-    }
-  }
-  // Epilogue lane r's conv taps for team t's slot (r < 16).
-  __device__ float* taps_of(int t, int r) const {
-    return taps + (t * kTileRows + r) * kConvTapFloats;
-  }
+  // This epilogue thread's conv taps (r16 < 16).
+  __device__ float* my_taps() const { return taps + (team * kTileRows + r16) * kConvTapFloats; }
 
-  // Timeline event e of this CTA (by one thread, the stamper), in the kTraced kernel alone (the
-  // lab's q1_0_gemv_traced): the decode kernel carries no stamp code, where it paid three checks of
+  // Timeline event e of this CTA (thread 0 only), in the kTraced kernel alone (the lab's
+  // q1_0_gemv_traced): the decode kernel carries no stamp code, where it paid three checks of
   // a.trace per slot on every warp, in a kernel about half bound by instruction issue.
   // Measured (H200, 2026-12-01): ~1032 instructions per warp at 5120->10240 (ncu; ~1200
   // before), timeline 3349.8 -> 3248.3 µs/token, tg128 280.8 -> 289.8.
-  __device__ void stamp(int e, bool stamper) const {
+  __device__ void stamp(int e) const {
     if constexpr (kTraced) {
-      if (!stamper || e >= kGemvTraceEvents) return;
+      if (threadIdx.x != 0 || e >= kGemvTraceEvents) return;
       uint64_t t;
       asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
       a.trace[blockIdx.x * kGemvTraceEvents + e] = t;
@@ -781,29 +763,19 @@ struct GemvCta {
     }
   }
 
-  __device__ void stamp(int e) const { stamp(e, threadIdx.x == 0); }
-  // Event e of team 0's slot of round j, by the thread given.
-  __device__ void stamp_slot(int j, int e, bool stamper) const {
-    if (j < kTraceSlotCount) stamp(kTraceSlots + kTraceSlotEvents * j + e, stamper);
+  // Event e of this thread's `slots_done`-th slot.
+  __device__ void stamp_slot(int e) const {
+    if (slots_done < kTraceSlotCount) stamp(kTraceSlots + kTraceSlotEvents * slots_done + e);
   }
 
   // Codes out: the first row tile of this CTA's own blocks.
   __device__ int own_tile0() const { return static_cast<int>(blockIdx.x) * a.own_rounds * a.teams; }
 
-  // Team t's step of round j at its first chunk (and pair matrix): slot, matrix and tile;
-  // slot >= a.n_slots where the team has none. For a dot warp, team's first step.
-  __device__ GemvStep step_at(int t, int j) const {
-    GemvStep st{(j * static_cast<int>(gridDim.x) + static_cast<int>(blockIdx.x)) * a.teams + t,
-                0,
-                0,
-                0,
-                0,
-                j};
-    locate(st, t);
-    return st;
-  }
+  // The first step of this team: its first slot, matrix and tile.
   __device__ GemvStep first_step() const {
-    return epilogue_warp() ? GemvStep{a.n_slots, 0, 0, 0, 0, 0} : step_at(team, 0);
+    GemvStep st{static_cast<int>(blockIdx.x) * a.teams + team, 0, 0, 0, 0, 0};
+    locate(st);
+    return st;
   }
   // The step after st (st.slot >= a.n_slots: past the end).
   __device__ void advance(GemvStep& st) const {
@@ -816,13 +788,13 @@ struct GemvCta {
     st.ms = 0;
     st.slot += gridDim.x * a.teams;
     ++st.round;
-    locate(st, team);
+    locate(st);
   }
-  // st.m and st.tile of team t's st.slot (slots only grow along a walk: m never goes back).
-  __device__ void locate(GemvStep& st, int t) const {
+  // st.m and st.tile of st.slot (slots only grow along a walk: m never goes back).
+  __device__ void locate(GemvStep& st) const {
     if (pair) {
       st.m = st.ms;
-      st.tile = st.round < a.own_rounds ? own_tile0() + st.round * a.teams + t : st.slot;
+      st.tile = st.round < a.own_rounds ? own_tile0() + st.round * a.teams + team : st.slot;
       return;
     }
     while (st.m + 1 < kMaxFusedMatrices && st.slot >= a.slot_end[st.m]) ++st.m;
@@ -1046,12 +1018,16 @@ struct GemvCta {
     }
   }
 
-  // Codes out: once the epilogue warp has stored every own row (its lanes wrote them to
-  // `stage`, in the staging layout), it quantises the CTA's own blocks from there with
-  // quantize_eighths, as the consumer's prologue would, into act_out / meta_out. No GPU-wide
-  // round trip: the consumer's pdl_wait orders the codes.
+  // Codes out: after its last own slot every warp arrives; warp 0 waits for all,
+  // then quantises the CTA's own blocks from `stage` (the rows' outputs, in the staging
+  // layout) with quantize_eighths, as the consumer's prologue would, into act_out / meta_out.
+  // No GPU-wide round trip: the consumer's pdl_wait orders the codes.
   __device__ void hand_off_codes() {
-    __syncwarp();  // every lane's staged rows
+    if (warp != 0) {
+      bar_arrive(kCodesBarrier, blockDim.x);
+      return;
+    }
+    bar_sync(kCodesBarrier, blockDim.x);
     const int n = a.own_blocks * 16, u_base = static_cast<int>(blockIdx.x) * n;
     for (int u0 = 0; u0 < n; u0 += 32) {
       const int uc[1] = {min(u0 + lane, n - 1)};
@@ -1064,11 +1040,16 @@ struct GemvCta {
     }
   }
 
-  // Step s on its loaded weights t: dot_chunk / sum_quad_lanes, the two-launch kernel's code
-  // in the same order. A tile's last step leaves the warp's sums in `red` (double-buffered by
-  // the parity of the team's slots) and a slot's last step hands them over to the epilogue
-  // warp, which adds the slices and runs the epilogue while the team goes on to its next slot.
+  // Step s on its loaded weights t: dot_chunk / sum_quad_lanes / sum_slices, the two-launch
+  // kernel's code in the same order. A slot's last step ends with the team's named barrier
+  // (teams do not wait for each other; slice sums double-buffered: one barrier per slot) and
+  // the epilogue (matmul.cuh's epilogue_store) on the slot's 16 rows.
   __device__ void process(const GemvStep& s, const ChunkLoads<kQ>& t) {
+    // A conv channel's taps are copied at its slot's first step: the dots hide their latency.
+    if (conv && s.c == 0 && s.m == 0 && r16 < kTileRows) {
+      const int64_t row = int64_t(s.tile) * kTileRows + r16;
+      if (row < a.n_out[0]) issue_conv_taps(a.epi, row, my_taps());
+    }
     const int q0 = chunk_quad(s);
     const float2 p = dot_chunk<BmmaMath, kQ, true>(
         math, act + q0 * kQuadBlocks * 32 + BmmaMath::lane_offset(lane), meta + q0 * kQuadBlocks, t,
@@ -1078,132 +1059,37 @@ struct GemvCta {
     if (s.c != a.chunks - 1) return;
     const float2 r = sum_quad_lanes(acc);
     acc = make_float2(0.0f, 0.0f);
-    // This parity's buffer: read by the epilogue warp two slots ago.
-    if (s.ms == 0 && slots_done >= 2) {
-      while (!mbar_try_wait(free_bar(team, parity), ((slots_done >> 1) - 1) & 1)) {
-      }
-    }
     if ((lane & 3) == 0) {
-      float* slot = red + ((parity * 2 + s.ms) * dot_warps + warp) * kTileRows + (lane >> 2);
+      float* slot = red + ((parity * 2 + s.ms) * n_warps + warp) * kTileRows + (lane >> 2);
       slot[0] = r.x;
       slot[8] = r.y;
     }
     if (pair && s.ms == 0) return;
-    stamp_slot(slots_done, kTraceSums, threadIdx.x == 0);
-    mbar_arrive(ready_bar(team, parity));
+    stamp_slot(kTraceSums);
+    // The team's slice sums of this slot are in shared memory. The other parity's buffer was
+    // read before every team thread arrived here, so the next slot may overwrite it.
+    bar_sync(1 + team, 32 * a.slices);
+    stamp_slot(kTraceBarrier);
+    if (r16 < kTileRows) {
+      const int m = pair ? 0 : s.m;
+      const int64_t row = int64_t(s.tile) * kTileRows + r16;
+      if (row < a.n_out[m]) {
+        const float* base = red + (parity * 2 * n_warps + team * a.slices) * kTileRows + r16;
+        const float s0 = sum_slices(base, a.slices, kTileRows);
+        const float s1 = pair ? sum_slices(base + n_warps * kTileRows, a.slices, kTileRows) : 0.0f;
+        const ConvTaps t =
+            conv && m == 0 ? conv_taps_arrived(my_taps(), a.epi.conv_kernel) : ConvTaps{};
+        const float y = epilogue_store(a.epi, m, row, s0, s1, t);
+        if (slots_done < a.own_rounds) {  // codes out: the row, in its own block's staging
+          const int e = static_cast<int>(row) - own_tile0() * kTileRows;
+          reinterpret_cast<float*>(stage)[4 * stage_pos(e >> 2) + (e & 3)] = y;
+        }
+      }
+    }
+    if (slots_done + 1 == a.own_rounds) hand_off_codes();
+    stamp_slot(kTraceStored);
     ++slots_done;
     parity ^= 1;
-  }
-
-  // The epilogue warp: every slot's epilogue, round by round and team by team within a round,
-  // as each team's sums arrive. Lane r < 16 takes row r of the slot: the slices' sums added in
-  // slice order (sum_slices), then matmul.cuh's epilogue_store; ConvSilu's taps are copied into
-  // shared memory at the start of the round, long before the epilogue reads them.
-  __device__ void run_epilogues() {
-    for (int j = 0; step_at(0, j).slot < a.n_slots; ++j) {
-      if (conv) issue_round_taps(j);
-      for (int t = 0; t < a.teams; ++t) {
-        const GemvStep s = step_at(t, j);
-        if (s.slot >= a.n_slots) break;
-        mbar_wait(ready_bar(t, j & 1), (j >> 1) & 1);
-        stamp_slot(j, kTraceBarrier, t == 0 && lane == 0);
-        epilogue(s, t, j);
-        stamp_slot(j, kTraceStored, t == 0 && lane == 0);
-      }
-      if (j + 1 == a.own_rounds) hand_off_codes();
-    }
-  }
-  __device__ void issue_round_taps(int j) const {
-    for (int t = 0; t < a.teams && lane < kTileRows; ++t) {
-      const GemvStep s = step_at(t, j);
-      const int64_t row = int64_t(s.tile) * kTileRows + lane;
-      if (s.slot < a.n_slots && s.m == 0 && row < a.n_out[0])
-        issue_conv_taps(a.epi, row, taps_of(t, lane));
-    }
-  }
-  // Team t's slot s of round j: its rows' sums read (then the buffer is free again), the
-  // epilogue, and for the own rounds of codes out the row staged for hand_off_codes.
-  __device__ void epilogue(const GemvStep& s, int t, int j) {
-    const int m = pair ? 0 : s.m;
-    const int64_t row = int64_t(s.tile) * kTileRows + lane;
-    const bool mine = lane < kTileRows && row < a.n_out[m];
-    float s0 = 0.0f, s1 = 0.0f;
-    if (mine) {
-      const float* base = red + ((j & 1) * 2 * dot_warps + t * a.slices) * kTileRows + lane;
-      s0 = sum_slices(base, a.slices, kTileRows);
-      if (pair) s1 = sum_slices(base + dot_warps * kTileRows, a.slices, kTileRows);
-    }
-    mbar_arrive(free_bar(t, j & 1));
-    if (!mine) return;
-    const ConvTaps taps_in =
-        conv && m == 0 ? conv_taps_arrived(taps_of(t, lane), a.epi.conv_kernel) : ConvTaps{};
-    const float y = epilogue_store(a.epi, m, row, s0, s1, taps_in);
-    if (j < a.own_rounds) {  // codes out: the row, in its own block's staging
-      const int e = static_cast<int>(row) - own_tile0() * kTileRows;
-      reinterpret_cast<float*>(stage)[4 * stage_pos(e >> 2) + (e & 3)] = y;
-    }
-  }
-};
-
-// A dot warp's weight loads, one step ahead: issue(st, k) sends step st's (the warp's k-th),
-// take(st, k, t) gives it back in t once it has landed. For kQ = 2 (the decode's) through
-// shared memory by cp.async, two slots a lane: no register holds a step in flight, so the
-// kernel fits 80 registers, which its 21 warps allow (16384 registers a scheduler for up to 6
-// warps; with two register buffers, 96 registers, ptxas spilled 96 bytes at 80). For kQ = 4
-// (chunks twice as long, whose two slots would not fit beside a long row's staging) in a
-// second register buffer, moved to t.
-template <int kQ>
-struct GemvWeights {
-  static constexpr bool kShared = kQ == 2;
-  static constexpr int kWords = 3 * kQ;  // uint4s a lane a step: per quad two of bits, scales
-  uint4* slots;                          // [2][kWords][dot threads] (kShared)
-  ChunkLoads<kQ> next;                   // (!kShared)
-  template <class Cta>
-  __device__ explicit GemvWeights(const Cta& c)
-      : slots(reinterpret_cast<uint4*>(reinterpret_cast<unsigned char*>(c.stage) +
-                                       c.a.off_weights)) {}
-  template <class Cta>
-  __device__ uint4* slot(const Cta& c, int k, int e) const {
-    return slots + ((k & 1) * kWords + e) * (c.dot_warps * 32) + threadIdx.x;
-  }
-  template <class Cta>
-  __device__ void issue(const Cta& c, const GemvStep& st, int k) {
-    if (st.slot < c.a.n_slots) {
-      const int64_t q = int64_t(st.tile) * c.a.n_quads + c.chunk_quad(st);
-      const uint4* bits = c.a.bits[st.m] + q * 64 + c.lane;
-      const uint4* scales = c.a.scales[st.m] + q * 8 + (c.lane >> 2);
-      if constexpr (kShared) {
-        const int quads = c.chunk_quads(st);
-#pragma unroll
-        for (int i = 0; i < kQ; ++i) {
-          if (i < quads) {
-            cp_async_or_zero(slot(c, k, 3 * i), bits + i * 64, true);
-            cp_async_or_zero(slot(c, k, 3 * i + 1), bits + i * 64 + 32, true);
-            cp_async_or_zero(slot(c, k, 3 * i + 2), scales + i * 8, true);
-          }
-        }
-      } else {
-        load_quads<kQ>(bits, scales, c.chunk_quads(st), next);
-      }
-    }
-    if constexpr (kShared) cp_async_commit();  // one group a step, so that take counts them
-  }
-  template <class Cta>
-  __device__ void take(const Cta& c, const GemvStep& st, int k, ChunkLoads<kQ>& t) {
-    if constexpr (kShared) {
-      cp_async_wait<1>();  // all but the step after st: st's own copies have landed
-      const int quads = c.chunk_quads(st);
-#pragma unroll
-      for (int i = 0; i < kQ; ++i) {
-        if (i < quads) {
-          t.bits[i][0] = *slot(c, k, 3 * i);
-          t.bits[i][1] = *slot(c, k, 3 * i + 1);
-          t.scales[i] = *slot(c, k, 3 * i + 2);
-        }
-      }
-    } else {
-      t = next;
-    }
   }
 };
 
@@ -1212,18 +1098,26 @@ struct GemvWeights {
 // registers and asks L2 for all of its weights (weights never depend on the previous kernel),
 // then pdl_wait(), the prologue, and the product: `teams` teams of `slices` warps,
 // each team striding over slots (a row tile of one matrix; for SiluMulPair a row tile of both,
-// gate then up), the next step's loads issued before the current one is processed, and one
-// epilogue warp that finishes each slot (GemvCta::run_epilogues).
+// gate then up), the next step's loads issued before the current one is processed.
 template <int kQ, bool kTraced>
-__global__ void __launch_bounds__(32 * (gemv_max_warps(kQ) + 1))
+__global__ void __launch_bounds__(32 * gemv_max_warps(kQ))
     q1_gemv_kernel(const __grid_constant__ Q1GemvArgs a) {
   extern __shared__ float4 smem4[];
   GemvCta<kQ, kTraced> c(a, reinterpret_cast<unsigned char*>(smem4));
+  // The first quad of this warp's chunk of a step, in quads from its matrix's base.
+  const auto quad_of = [&](const GemvStep& st) {
+    return int64_t(st.tile) * a.n_quads + c.chunk_quad(st);
+  };
+  const auto load = [&](const GemvStep& st, ChunkLoads<kQ>& t) {
+    if (st.slot >= a.n_slots) return;
+    const int64_t q = quad_of(st);
+    load_quads<kQ>(a.bits[st.m] + q * 64 + c.lane, a.scales[st.m] + q * 8 + (c.lane >> 2),
+                   c.chunk_quads(st), t);
+  };
+  ChunkLoads<kQ> buf0, buf1;
   GemvStep st = c.first_step();
-  GemvWeights<kQ> w(c);
-  w.issue(c, st, 0);
+  load(st, buf0);
   if (a.fold_rows[1] > 0) c.stage_fold_chunk();
-  c.init_bars();
   c.prefetch_all();
   prologue_prefetch_constants(a.pro);
   c.stamp(kTraceEntry);
@@ -1242,28 +1136,23 @@ __global__ void __launch_bounds__(32 * (gemv_max_warps(kQ) + 1))
   // registers), the sum out of line (92 B spilled).
   if (a.fold_rows[1] > 0) c.fold_sum();
   c.stamp(kTracePrologue);
-  if (c.epilogue_warp()) {
-    c.run_epilogues();
-    c.stamp(kGemvTraceEvents - 1, c.lane == 0);  // the CTA's last work
-    return;
-  }
-  // The next step's loads go out before the current step is processed (GemvWeights). Not
-  // unrolled by two (two register buffers, no moves): that kept two copies of the step's code
-  // (the dots, the reduction, every epilogue) in the hot loop, and instruction fetch is what the
-  // fused GEMVs wait on most. ncu (H200, 2026-12-02, decode layer 0's four GEMVs):
-  // no_instruction 25-36% of the stall samples, long scoreboard (memory) 6-8%. One copy: qkv
-  // step 13.24 -> 12.93 µs, q+k+v 8.73 -> 8.08, ffn_down 7.67 -> 7.39, tg128 316.2 / 316.8 ->
-  // 324.2 / 324.4 (bench/RESULTS.md).
-  ChunkLoads<kQ> t;
+  // The next step's loads go out before the current step is processed, into buf1, moved to buf0
+  // after it (24 register moves a step at kQ = 2). Not unrolled by two (both buffers in registers,
+  // no moves): that kept two copies of the step's code (the dots, the reduction, every epilogue) in
+  // the hot loop, and instruction fetch is what the fused GEMVs wait on most. ncu (H200,
+  // 2026-12-02, decode layer 0's four GEMVs): no_instruction 25-36% of the stall samples, long
+  // scoreboard (memory) 6-8%. One copy: qkv step 13.24 -> 12.93 µs, q+k+v 8.73 -> 8.08,
+  // ffn_down 7.67 -> 7.39, tg128 316.2 / 316.8 -> 324.2 / 324.4 (bench/RESULTS.md).
 #pragma unroll 1
-  for (int k = 0; st.slot < a.n_slots; ++k) {
+  while (st.slot < a.n_slots) {
     GemvStep s1 = st;
     c.advance(s1);
-    w.issue(c, s1, k + 1);
-    w.take(c, st, k, t);
-    c.process(st, t);
+    load(s1, buf1);
+    c.process(st, buf0);
+    buf0 = buf1;
     st = s1;
   }
+  c.stamp(kGemvTraceEvents - 1);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1479,8 +1368,7 @@ Q1GemvArgs gemv_args(const FusedGemv& f) {
   return a;
 }
 
-// GemvCta's shared memory for a.slices * a.teams dot warps: sets the offsets, returns the bytes.
-template <int kQ>
+// GemvCta's shared memory for a.slices * a.teams warps: sets the offsets, returns the bytes.
 size_t gemv_layout(Q1GemvArgs& a) {
   size_t off = sizeof(float) * size_t(a.n_stage);
   a.off_act = static_cast<int>(off);
@@ -1495,13 +1383,6 @@ size_t gemv_layout(Q1GemvArgs& a) {
   a.off_taps = static_cast<int>(off);
   if (a.epi.kind == Epilogue::ConvSilu)
     off += sizeof(float) * size_t(a.teams) * kTileRows * kConvTapFloats;
-  off = (off + 7) / 8 * 8;
-  a.off_bars = static_cast<int>(off);
-  off += sizeof(uint64_t) * 4 * size_t(a.teams);
-  off = (off + 15) / 16 * 16;
-  a.off_weights = static_cast<int>(off);
-  if (GemvWeights<kQ>::kShared)
-    off += 2 * sizeof(uint4) * GemvWeights<kQ>::kWords * 32 * size_t(a.slices * a.teams);
   if (a.fold_chunks > 0) {  // the chunks, their parts, the count of warps done
     off = (off + 15) / 16 * 16;
     a.off_fold = static_cast<int>(off);
@@ -1535,8 +1416,7 @@ size_t gemv_layout(Q1GemvArgs& a) {
 // spill), −2.8% for a pair's shared rounds alone (no spill, the dot loop moved; ffn_down, which
 // runs none of it, 7.62 -> 8.29 µs).
 int gemv_teams(int kQ, int slices, int n_slots, int n_sm) {
-  // At most 15 teams: the launch shapes measured when each team had a named barrier (1..15).
-  const int cap = std::max(1, std::min(gemv_max_warps(kQ) / slices, 15));
+  const int cap = std::max(1, std::min(gemv_max_warps(kQ) / slices, 15));  // barriers 1..15
   int best = 1;
   int64_t best_rounds = 0;
   for (int t = 1; t <= cap; ++t) {
@@ -1554,7 +1434,7 @@ int gemv_teams(int kQ, int slices, int n_slots, int n_sm) {
 // (the rest of the rows are shared as before), so that its teams' own slots are whole rounds;
 // 0 where that cannot be.
 int own_blocks(const Q1GemvArgs& a, unsigned grid) {
-  if (a.epi.kind != Epilogue::SiluMulPair || a.n_out[0] % kBlock != 0) {
+  if (a.epi.kind != Epilogue::SiluMulPair || a.n_out[0] % kBlock != 0 || a.teams >= kCodesBarrier) {
     return 0;
   }
   int own = std::min(a.n_out[0] / kBlock / static_cast<int>(grid), a.n_stage / kBlock);
@@ -1622,8 +1502,8 @@ GemvShape teams_shape(const FusedGemv& f) {
   fold_args(f, a);
   const int n_sm = usable_sms(f);
   a.teams = gemv_teams(kQ, a.slices, a.n_slots, n_sm);
-  g.threads = 32 * (a.slices * a.teams + 1);  // the teams and the epilogue warp
-  g.smem = gemv_layout<kQ>(a);
+  g.threads = 32 * a.slices * a.teams;
+  g.smem = gemv_layout(a);
   const void* kernel = reinterpret_cast<const void*>(&q1_gemv_kernel<kQ, kTraced>);
   if (g.smem > allow_max_smem(kernel)) fail_shape(f, "does not fit", g.smem);
   const int per_sm = occupancy(kernel, g.threads, g.smem);

@@ -747,23 +747,6 @@ struct GemvCta {
 
   // This epilogue thread's conv taps (r16 < 16).
   __device__ float* my_taps() const { return taps + (team * kTileRows + r16) * kConvTapFloats; }
-  // ConvSilu: the taps of this epilogue thread's row in step st's slot (its first step), copied
-  // a slot ahead: for the first slot after the prologue, for each next one once the slot
-  // before has read its own. Issued at each slot's first step instead, the copies' code sat
-  // between every step's loads and its dots, a jump over 4 KB of SASS in every GEMV, most of
-  // which have no conv (ncu, 2026-12-06: the dot's first instruction waited on instruction
-  // fetch in 4-5% of gate+up's and the qkv step's stall samples).
-  __device__ void issue_taps(const GemvStep& st) const {
-    const int64_t row = int64_t(st.tile) * kTileRows + r16;
-    if (st.slot < a.n_slots && st.m == 0 && row < a.n_out[0])
-      issue_conv_taps(a.epi, row, my_taps());
-  }
-  // The first step of the team's slot after s's.
-  __device__ GemvStep next_slot(const GemvStep& s) const {
-    GemvStep st{s.slot + static_cast<int>(gridDim.x) * a.teams, 0, 0, s.m, 0, s.round + 1};
-    locate(st);
-    return st;
-  }
 
   // Timeline event e of this CTA (thread 0 only), in the kTraced kernel alone (the lab's
   // q1_0_gemv_traced): the decode kernel carries no stamp code, where it paid three checks of
@@ -1062,6 +1045,11 @@ struct GemvCta {
   // (teams do not wait for each other; slice sums double-buffered: one barrier per slot) and
   // the epilogue (matmul.cuh's epilogue_store) on the slot's 16 rows.
   __device__ void process(const GemvStep& s, const ChunkLoads<kQ>& t) {
+    // A conv channel's taps are copied at its slot's first step: the dots hide their latency.
+    if (conv && s.c == 0 && s.m == 0 && r16 < kTileRows) {
+      const int64_t row = int64_t(s.tile) * kTileRows + r16;
+      if (row < a.n_out[0]) issue_conv_taps(a.epi, row, my_taps());
+    }
     const int q0 = chunk_quad(s);
     const float2 p = dot_chunk<BmmaMath, kQ, true>(
         math, act + q0 * kQuadBlocks * 32 + BmmaMath::lane_offset(lane), meta + q0 * kQuadBlocks, t,
@@ -1098,7 +1086,6 @@ struct GemvCta {
         }
       }
     }
-    if (conv && r16 < kTileRows) issue_taps(next_slot(s));
     if (slots_done + 1 == a.own_rounds) hand_off_codes();
     stamp_slot(kTraceStored);
     ++slots_done;
@@ -1148,7 +1135,6 @@ __global__ void __launch_bounds__(32 * gemv_max_warps(kQ))
   // past the sum, four serialised), the sum inside prologue() or its loops kept rolled (the same
   // registers), the sum out of line (92 B spilled).
   if (a.fold_rows[1] > 0) c.fold_sum();
-  if (c.conv && c.r16 < kTileRows) c.issue_taps(st);
   c.stamp(kTracePrologue);
   // The next step's loads go out before the current step is processed, into buf1, moved to buf0
   // after it (24 register moves a step at kQ = 2). Not unrolled by two (both buffers in registers,

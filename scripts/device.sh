@@ -51,9 +51,10 @@ run_step() {  # name, command...
   summary+=("$(printf '%-10s rc=%-3s %4ss  %s' "$name" "$rc" "$((SECONDS - t0))" "$(tail -n 1 "$out/$name.log")")")
 }
 
-# Launches of a kernel under ncu and their stall reasons per SASS line: step name, kernel
-# regex, launches of it skipped first, then the command (NCU_COUNT launches, default 1;
-# warp-state samples every 2^(5 + NCU_SAMPLING) cycles, default 0: the densest).
+# Launches of a kernel under ncu and their stall reasons per SASS line (tabulated by
+# scripts/ncu_stalls.py): step name, kernel regex, launches of it skipped first, then the
+# command (NCU_COUNT launches, default 1; warp-state samples every 2^(5 + NCU_SAMPLING)
+# cycles, default 0: the densest).
 ncu_stalls() {
   local name=$1 kernel=$2 skip=$3
   shift 3
@@ -64,6 +65,7 @@ ncu_stalls() {
     --section InstructionStats --section SourceCounters -f -o "$out/$name" "$@"
   run_step "$name-details" ncu --import "$out/$name.ncu-rep" --page details
   run_step "$name-source" ncu --import "$out/$name.ncu-rep" --page source --print-source sass --csv
+  run_step "$name-table" python3 scripts/ncu_stalls.py "$out/$name-source.log"
 }
 
 # The SASS of a binary's one-launch Q1_0 GEMV (kQ = 2): step name, the binary. Only the

@@ -613,7 +613,14 @@ __global__ void __launch_bounds__(kQuantizeBlocks * 16)
 //    in shared memory (ncu: barrier stalls first, long scoreboard 0.05). So what a per-layer
 //    GEMV pays beyond its bytes is its dependent chain after the wait (stage, quantise, dots,
 //    slice sums, stores), wherever the weights come from. A ballot quantiser (a warp per
-//    block, REDUX for amax and sum) made the same codes but took 2.0-2.3 µs against ~1.0.
+//    block, REDUX for amax and sum) made the same codes but took 2.0-2.3 µs against ~1.0;
+//  - (2026-12-06, H100) an epilogue warp a team, the slot's slice sums handed over by
+//    mbarriers, so that the dot warps never wait for a slot's epilogue: with the extra warps a
+//    scheduler holds 6 (16384 registers: 80 each), so the next step's weights went through
+//    shared memory by cp.async; tg128 294 against 347 (one epilogue warp a CTA: 250), more
+//    instructions and MIO stalls than the moves and fetch stalls it saved; and ConvSilu's taps
+//    copied a slot ahead from the epilogue instead of at each slot's first step (the copies'
+//    4 KB out of every step's path): tg128 337 against 348, the dot loop rescheduled.
 // Seven more registers held across the dots made ptxas spill 12 bytes at its 96 (a slower GEMV
 // everywhere): the conv epilogue's taps travel through shared memory instead.
 //

@@ -117,7 +117,11 @@ for s in "${steps[@]}"; do
     # Caches left warm (--cache-control none) and a launch from the lab's timing loop, as in a
     # decode step: ${NCU_SKIP:-40} launches of the kernel skipped first (past the checks and the
     # timelines, into the first timed graph).
-    ncu) ncu_stalls ncu "q1_gemv_kernel<.int.2>" "${NCU_SKIP:-40}" "$bin/bench/gemv_lab" ;;
+    # The regex takes the untraced kQ = 2 kernel in either spelling ncu gives its name
+    # (<2, 0> or <(int)2, (bool)0>); the one before, <.int.2>, matches neither (it was written
+    # before the kernel gained its kTraced parameter).
+    ncu) ncu_stalls ncu 'q1_gemv_kernel<(\(int\))?2, (\(bool\))?(0|false)>' "${NCU_SKIP:-40}" \
+      "$bin/bench/gemv_lab" ;;
     # The chain kernel: by default bench/chain_lab's second check run (chain 1: x from L2, warp
     # tiles, the producer held).
     ncuchain) ncu_stalls ncuchain q1_chain_kernel "${NCU_CHAIN_SKIP:-1}" "$bin/bench/chain_lab" ;;

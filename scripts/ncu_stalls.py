@@ -27,7 +27,7 @@ def launches(path):
                 out[-1][0] = row
             elif out and out[-1][0] is not None:
                 out[-1][1].append(row)
-    return [(h, rows) for h, rows in out if h is not None]
+    return [(h, rows) for h, rows in out if h is not None and rows]
 
 
 def number(row, col):

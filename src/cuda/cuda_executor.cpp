@@ -1,8 +1,6 @@
 #include "cuda/cuda_executor.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 
 #include "common/error.h"
 #include "cuda/check.h"
@@ -602,7 +600,6 @@ int CudaExecutor::fused_matmul(const model::Step& s, ProgramMem& pm, Slot& slot)
   }
   codes_next_ = nullptr;  // codes reach only the step right after their producer
   if (families.size() == 1) link_codes(s, pm, families[main]);
-  ask_state_ahead(s, pm, slot, families[main]);
   int launches = 1;
   const auto beside = [&](size_t i) {
     if (launches++ == 1) fork_side();
@@ -654,25 +651,6 @@ void CudaExecutor::link_codes(const model::Step& s, ProgramMem& pm, FusedGemv& f
   f.codes_out = true;
   codes_next_ = next;
   codes_next_blocks_ = blocks;
-}
-
-// When the step after s is a GDN recurrence reading its slot's state in place (settled: no
-// kernel writes it before), s's main launch asks L2 for that state (FusedGemv::l2_ahead).
-// The recurrence's CTAs fit only where s's CTAs have left, so they would otherwise start
-// their 3 MB of state loads from DRAM right at the step boundary.
-void CudaExecutor::ask_state_ahead(const model::Step& s, ProgramMem& pm, Slot& slot, FusedGemv& f) {
-  static const bool off = [] {
-    const char* e = std::getenv("GDN_EXP_L2_AHEAD");
-    return e != nullptr && std::string(e) == "0";
-  }();
-  const std::vector<model::Step>& steps = pm.program->steps;
-  const size_t at = static_cast<size_t>(&s - steps.data());
-  if (off || at + 1 >= steps.size()) return;
-  const model::Step& next = steps[at + 1];
-  if (next.op != Op::GdnRecurrence || !next.state_in_slot) return;
-  const DeviceBuffer& state = slot.ssm.at(static_cast<size_t>(next.layer));
-  f.l2_ahead = state.get();
-  f.l2_ahead_bytes = static_cast<int64_t>(state.bytes()) & ~int64_t(15);
 }
 
 // The step after s when it is a one-token Q1_0 GEMV (quantised activations) of exactly s's

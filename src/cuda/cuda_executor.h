@@ -123,7 +123,6 @@ class CudaExecutor : public runtime::Executor {
   const model::Step* codes_consumer(const model::Step& s, ProgramMem& pm, const model::View& y,
                                     model::Prologue prologue) const;
   void link_codes(const model::Step& s, ProgramMem& pm, FusedGemv& f);
-  static void ask_state_ahead(const model::Step& s, ProgramMem& pm, Slot& slot, FusedGemv& f);
   CodesOut codes_out_for(const model::Step& s, ProgramMem& pm, model::Prologue prologue, bool ok);
   std::map<std::tuple<int64_t, bool, int, model::Rungs, int>, Graph> graphs_;
   // The fused attention prep's rope angles (AttnPrep::angles, ProgramMem::first_prep).

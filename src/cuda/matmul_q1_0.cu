@@ -672,8 +672,6 @@ struct Q1GemvArgs {
   int fold_chunks, fold_ranges, fold_per;
   FastDiv fold_div;  // by fold_per
   int off_fold;      // bytes into the dynamic shared memory: the chunks, then their parts
-  const unsigned char* l2_ahead;  // FusedGemv::l2_ahead
-  int64_t l2_ahead_bytes;
 };
 
 // The lab's timeline events (thread 0, so team 0): entry, pdl_wait returned, its warp's norm
@@ -834,13 +832,6 @@ struct GemvCta {
         if (t1 <= t0) continue;
         prefetch_l2(a.bits[m] + int64_t(t0) * a.n_quads * 64, uint32_t(t1 - t0) * tile_bits);
         prefetch_l2(a.scales[m] + int64_t(t0) * a.n_quads * 8, uint32_t(t1 - t0) * tile_scales);
-      }
-    }
-    if (a.l2_ahead_bytes > 0) {  // this CTA's piece of a later kernel's bytes, 16-byte multiples
-      const int64_t piece = ((a.l2_ahead_bytes + gridDim.x - 1) / gridDim.x + 15) & ~int64_t(15);
-      const int64_t b0 = int64_t(blockIdx.x) * piece;
-      if (b0 < a.l2_ahead_bytes) {
-        prefetch_l2(a.l2_ahead + b0, static_cast<uint32_t>(min(piece, a.l2_ahead_bytes - b0)));
       }
     }
   }
@@ -1377,14 +1368,6 @@ Q1GemvArgs gemv_args(const FusedGemv& f) {
     a.act_in = f.codes_act;
     a.meta_in = static_cast<const ActMeta*>(f.codes_meta);
     a.blocks_in = f.codes_in_blocks;
-  }
-  if (f.l2_ahead_bytes > 0) {
-    if (reinterpret_cast<uintptr_t>(f.l2_ahead) % 16 != 0 || f.l2_ahead_bytes % 16 != 0) {
-      fail("cuda matmul q1_0 '{}': {} bytes asked into L2 ahead at {} (16-byte multiples only)",
-           f.w[0]->name, f.l2_ahead_bytes, f.l2_ahead);
-    }
-    a.l2_ahead = static_cast<const unsigned char*>(f.l2_ahead);
-    a.l2_ahead_bytes = f.l2_ahead_bytes;
   }
   const Q1Cut cut = q1_cut(kQ, a.n_quads);
   a.slices = cut.slices;

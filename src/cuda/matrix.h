@@ -137,13 +137,6 @@ struct FusedGemv {
   int fold_n = 0;
   const GpuMatrix* fold_w[2] = {};
   float* fold_y[2] = {};
-  // Bytes a later kernel reads that no kernel writes before it (the GDN recurrence's settled
-  // state after the qkv step): asked into L2 at entry, a piece per CTA, behind the launch's own
-  // weights. Its CTAs become resident only as this launch's leave, so without it they would
-  // start their state loads from DRAM on the step's critical path. 16-byte aligned; bytes a
-  // multiple of 16.
-  const void* l2_ahead = nullptr;
-  int64_t l2_ahead_bytes = 0;
 };
 
 // One matrix, no prologue, Store: matmul()'s one-token product as a FusedGemv.

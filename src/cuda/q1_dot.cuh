@@ -216,9 +216,7 @@ __device__ __forceinline__ float2 dot_chunk_bmma(const BmmaMath& m, const uint32
 #pragma unroll
   for (int gr = 0; gr < kQ / 2; ++gr) {
     if (2 * gr >= quads) break;
-    // Two accumulator chains, one per quad of the group (each lane reads only its own quad's:
-    // its blocks' columns): half the dependent mmas of one chain.
-    int sq[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+    int s[4] = {0, 0, 0, 0};
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       const int i = 2 * gr + k / 2, j = 2 * (k % 2);  // the pair's quad, its first block there
@@ -228,11 +226,8 @@ __device__ __forceinline__ float2 dot_chunk_bmma(const BmmaMath& m, const uint32
       int c[4], d[4];
       BmmaMath::counts<kShared>(words[2 * j], words[2 * j + 1], act + (4 * i + j) * 32, c);
       BmmaMath::counts<kShared>(words[2 * j + 2], words[2 * j + 3], act + (4 * i + j + 1) * 32, d);
-      m.weigh_pair(k, c, d, sq[k / 2]);
+      m.weigh_pair(k, c, d, s);
     }
-    int s[4];
-#pragma unroll
-    for (int r = 0; r < 4; ++r) s[r] = (tq >> 1) != 0 ? sq[1][r] : sq[0][r];
     // This lane's blocks 2tq, 2tq + 1 of the group: quad 2gr + tq / 2, its blocks 2(tq % 2)..
     const int iq = 2 * gr + (tq >> 1);
     if (iq < quads) {

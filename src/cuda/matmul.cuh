@@ -47,13 +47,6 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
                : "l"(p));
   return v;
 }
-__device__ __forceinline__ uint2 ld_stream(const uint2* p) {
-  uint2 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];"
-               : "=r"(v.x), "=r"(v.y)
-               : "l"(p));
-  return v;
-}
 
 // Barrier `id` (1..15; 0 is __syncthreads) over the `threads` threads (a multiple of 32) of the
 // warps that call it: a team of warps inside a CTA synchronises without stalling the others.

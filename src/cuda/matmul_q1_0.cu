@@ -136,12 +136,12 @@ struct WarpView {
   int quads;                       // quads of the slice (may be < chunks * kQ, even 0)
 };
 
-template <class Math, int kQ>
+template <int kQ>
 __device__ __forceinline__ void load_chunk(const Q1Args& a, const WarpView& v, int tile, int c,
-                                           int lane, ChunkLoads<kQ>& t) {
+                                           ChunkLoads<kQ>& t) {
   if (tile >= a.n_tiles) return;  // a padding tile of the last group: computed, never stored
-  load_quads<Math, kQ>(v.bits + tile * v.tile_bits + c * kQ * 64,
-                       v.scales + tile * v.tile_scales + c * kQ * 8, v.quads - c * kQ, lane, t);
+  load_quads<kQ>(v.bits + tile * v.tile_bits + c * kQ * 64,
+                 v.scales + tile * v.tile_scales + c * kQ * 8, v.quads - c * kQ, t);
 }
 
 // The per-warp state across the chunks of a row tile. One token: the partial sums stay in
@@ -179,7 +179,7 @@ struct Q1Warp {
   __device__ int tile_of(int group) const { return group * a.rpc + warp / a.slices; }
 
   __device__ void load(int group, int c, ChunkLoads<kQ>& t) const {
-    load_chunk<Math, kQ>(a, v, tile_of(group), c, lane, t);
+    load_chunk<kQ>(a, v, tile_of(group), c, t);
   }
 
   __device__ __forceinline__ float2 dot(int c, int n, const ChunkLoads<kQ>& t) const {
@@ -1118,8 +1118,8 @@ __global__ void __launch_bounds__(32 * gemv_max_warps(kQ))
   const auto load = [&](const GemvStep& st, ChunkLoads<kQ>& t) {
     if (st.slot >= a.n_slots) return;
     const int64_t q = quad_of(st);
-    load_quads<BmmaMath, kQ>(a.bits[st.m] + q * 64 + c.lane, a.scales[st.m] + q * 8 + (c.lane >> 2),
-                             c.chunk_quads(st), c.lane, t);
+    load_quads<kQ>(a.bits[st.m] + q * 64 + c.lane, a.scales[st.m] + q * 8 + (c.lane >> 2),
+                   c.chunk_quads(st), t);
   };
   ChunkLoads<kQ> buf0, buf1;
   GemvStep st = c.first_step();

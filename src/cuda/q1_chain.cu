@@ -271,8 +271,7 @@ __device__ __forceinline__ float2 chain_slice(const ChainStep& st, const uint4* 
   for (int c = 0; c < st.chunks; ++c) {
     const int q0 = q_begin + c * kQ;
     ChunkLoads<kQ> t;
-    load_quads<BmmaMath, kQ, true>(bits + q0 * 64 + lane, scales + q0 * 8 + (lane >> 2),
-                                   quads - c * kQ, lane, t);
+    load_quads<kQ, true>(bits + q0 * 64 + lane, scales + q0 * 8 + (lane >> 2), quads - c * kQ, t);
     const float2 p = dot_chunk<BmmaMath, kQ, true>(
         math, act + q0 * kQuadBlocks * 32 + BmmaMath::lane_offset(lane), meta + q0 * kQuadBlocks, t,
         quads - c * kQ, lane);

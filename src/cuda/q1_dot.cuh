@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
 
 #include "cuda/act_quantize.cuh"
 #include "cuda/matmul.cuh"
@@ -82,53 +81,26 @@ __device__ __forceinline__ ActMeta load_meta(const ActMeta* p) {
 // Per-block arithmetic: this lane's share of the integer dot of one block for rows g and g+8.
 // `act` points at the block's 32 activation words plus the lane's lane_offset().
 
-// Variant bmma: the block's 8 plane counts of 16 rows by one b1 mma (matmul_q1_0.cu derives
-// it), then the counts weighted by their planes on the int8 tensor cores: one u8 x s8 mma
-// m16n8k32 per pair of blocks takes their 16 x 16 counts (a byte each, 0..128) against the
-// plane weights w_p = 2^p (w_7 = -128), and adds S = sum_p w_p c_p of each (row, block) into
-// the column of that block in a group of 8 blocks. So each lane ends a group holding whole
-// blocks — rows g, g+8 x blocks 2t, 2t+1 — and scales each once, where weighting its own two
-// planes left every lane scaling a share of every block (four times the float work).
-//
-// The u8 mma's A fragment is the b1 mma's D fragment of the pair, packed: register r of the
-// pair holds c[r] of the first block in byte 0 and of the second in byte 1, so A's k index
-// 4t + e (a0: row g, a1: row g+8) is plane 2t of the pair's block e, and 16 + 4t + e (a2, a3)
-// plane 2t + 1. B (k x column) is w_plane(k) where the column is k's block, else 0: a lane of
-// group g holds a nonzero byte (at g & 1) only in the mma of pair g >> 1.
 struct BmmaMath {
-  uint32_t pb0, pb1;  // this lane's B bytes (w_2t, w_2t+1 at byte g & 1), for pair `pair`
-  int pair;
+  int w0, w1;  // 2 * plane weight of this lane's two D columns (planes 2t, 2t+1)
   __device__ explicit BmmaMath(int lane) {
-    const int t = lane & 3, g = lane >> 2;
-    const uint32_t w0 = 1u << (2 * t), w1 = t == 3 ? 0x80u : 1u << (2 * t + 1);  // s8 bytes
-    pb0 = w0 << (8 * (g & 1));
-    pb1 = w1 << (8 * (g & 1));
-    pair = g >> 1;
+    const int t = lane & 3;
+    w0 = 2 << (2 * t);
+    w1 = t == 3 ? -256 : 2 << (2 * t + 1);
   }
   // Its B fragment word: plane g of quarter t.
   __device__ static int lane_offset(int lane) { return (lane & 3) * 8 + (lane >> 2); }
-  // The plane counts c0..c3 (rows g, g+8 x planes 2t, 2t+1) of one block.
   template <bool kShared>
-  __device__ __forceinline__ static void counts(uint32_t a_lo, uint32_t a_hi, const uint32_t* act,
-                                                int (&c)[4]) {
+  __device__ __forceinline__ void block(uint32_t a_lo, uint32_t a_hi, const uint32_t* act,
+                                        int neg_sum, int& i_lo, int& i_hi) const {
     const uint32_t b = ld_act<kShared>(act);
+    int c0, c1, c2, c3;
     asm("mma.sync.aligned.m16n8k128.row.col.s32.b1.b1.s32.and.popc {%0,%1,%2,%3}, {%4,%5}, "
         "{%6}, {%7,%7,%7,%7};"
-        : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+        : "=r"(c0), "=r"(c1), "=r"(c2), "=r"(c3)
         : "r"(a_lo), "r"(a_hi), "r"(b), "r"(0));
-  }
-  // s += the plane-weighted counts of blocks 2k, 2k+1 of the group (c, d: their counts).
-  __device__ __forceinline__ void weigh_pair(int k, const int (&c)[4], const int (&d)[4],
-                                             int (&s)[4]) const {
-    uint32_t p[4];
-#pragma unroll
-    for (int r = 0; r < 4; ++r)
-      p[r] = static_cast<uint32_t>(c[r]) | (static_cast<uint32_t>(d[r]) << 8);
-    const uint32_t b0 = pair == k ? pb0 : 0u, b1 = pair == k ? pb1 : 0u;
-    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+r"(s[0]), "+r"(s[1]), "+r"(s[2]), "+r"(s[3])
-        : "r"(p[0]), "r"(p[2]), "r"(p[1]), "r"(p[3]), "r"(b0), "r"(b1));
+    i_lo = c1 * w1 + (c0 * w0 + neg_sum);
+    i_hi = c3 * w1 + (c2 * w0 + neg_sum);
   }
 };
 
@@ -156,19 +128,16 @@ struct Dp4aMath {
 // The product's pieces, shared by the two-launch kernel and the one-launch GEMV (so that their
 // per-row float operations are the same code).
 
-// One chunk of a row tile for this warp: kQ quads of bits (2 x 16 bytes each) and scales: a
-// group's 16 bytes per quad (dp4a: every lane every block's), or for bmma the 8 bytes of this
-// lane's two blocks per group of 8 (dot_chunk_bmma).
+// One chunk of a row tile for this warp: kQ quads of bits (2 x 16 bytes each) and scales.
 template <int kQ>
 struct ChunkLoads {
   uint4 bits[kQ][2];
   uint4 scales[kQ];
-  uint2 lane_scales[(kQ + 1) / 2];
 };
 
 // Weight loads: streamed from global memory, or from a copy in shared memory (the GEMV chain).
-template <bool kShared, class V>
-__device__ __forceinline__ V ld_weight(const V* p) {
+template <bool kShared>
+__device__ __forceinline__ uint4 ld_weight(const uint4* p) {
   if constexpr (kShared) {
     return *p;
   } else {
@@ -178,115 +147,47 @@ __device__ __forceinline__ V ld_weight(const V* p) {
 
 // bits / scales: the chunk's first quad of this row tile, plus the lane (bits) / its group
 // (scales); quads: how many of the chunk's kQ quads exist.
-template <class Math, int kQ, bool kShared = false>
+template <int kQ, bool kShared = false>
 __device__ __forceinline__ void load_quads(const uint4* bits, const uint4* scales, int quads,
-                                           int lane, ChunkLoads<kQ>& t) {
+                                           ChunkLoads<kQ>& t) {
 #pragma unroll
   for (int i = 0; i < kQ; ++i) {
     if (i < quads) {
       t.bits[i][0] = ld_weight<kShared>(bits + i * 64);
       t.bits[i][1] = ld_weight<kShared>(bits + i * 64 + 32);
-      if constexpr (!std::is_same_v<Math, BmmaMath>)
-        t.scales[i] = ld_weight<kShared>(scales + i * 8);
+      t.scales[i] = ld_weight<kShared>(scales + i * 8);
     }
   }
-  if constexpr (std::is_same_v<Math, BmmaMath>) {
-    const int tq = lane & 3;
-#pragma unroll
-    for (int gr = 0; gr < kQ / 2; ++gr) {
-      const int i = 2 * gr + (tq >> 1);
-      if (i < quads) {
-        t.lane_scales[gr] =
-            ld_weight<kShared>(reinterpret_cast<const uint2*>(scales + i * 8) + (tq & 1));
-      }
-    }
-  }
-}
-
-// One chunk of a row tile against one token, variant bmma: this lane's partial sums of rows g,
-// g+8 over its blocks 2t, 2t+1 of each group of 8 (BmmaMath). act / meta: the chunk's first
-// block (act plus the lane's offset); quads: how many of its kQ quads exist.
-template <int kQ, bool kShared>
-__device__ __forceinline__ float2 dot_chunk_bmma(const BmmaMath& m, const uint32_t* act,
-                                                 const ActMeta* meta, const ChunkLoads<kQ>& t,
-                                                 int quads, int lane) {
-  static_assert(kQ % 2 == 0, "groups of 8 blocks: two quads");
-  float2 acc = make_float2(0.0f, 0.0f);
-  const int tq = lane & 3;
-#pragma unroll
-  for (int gr = 0; gr < kQ / 2; ++gr) {
-    if (2 * gr >= quads) break;
-    int s[4] = {0, 0, 0, 0};
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const int i = 2 * gr + k / 2, j = 2 * (k % 2);  // the pair's quad, its first block there
-      if (i >= quads) break;
-      const uint32_t words[8] = {t.bits[i][0].x, t.bits[i][0].y, t.bits[i][0].z, t.bits[i][0].w,
-                                 t.bits[i][1].x, t.bits[i][1].y, t.bits[i][1].z, t.bits[i][1].w};
-      int c[4], d[4];
-      BmmaMath::counts<kShared>(words[2 * j], words[2 * j + 1], act + (4 * i + j) * 32, c);
-      BmmaMath::counts<kShared>(words[2 * j + 2], words[2 * j + 3], act + (4 * i + j + 1) * 32, d);
-      m.weigh_pair(k, c, d, s);
-    }
-    // This lane's blocks 2tq, 2tq + 1 of the group: quad 2gr + tq / 2, its blocks 2(tq % 2)..
-    const int iq = 2 * gr + (tq >> 1);
-    if (iq < quads) {
-      int4 md;  // {d, sum} of the two blocks
-      const int4* mp = reinterpret_cast<const int4*>(meta + 8 * gr + 2 * tq);
-      if constexpr (kShared) {
-        md = *mp;
-      } else {
-        md = __ldg(mp);
-      }
-      const uint32_t h[2] = {t.lane_scales[gr].x, t.lane_scales[gr].y};
-      const float dx[2] = {__int_as_float(md.x), __int_as_float(md.z)};
-      const int sum[2] = {md.y, md.w};
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        __half2 hw;
-        std::memcpy(&hw, &h[e], sizeof hw);
-        const float2 dw = __half22float2(hw);  // rows g, g+8
-        acc.x = fmaf(static_cast<float>(2 * s[e] - sum[e]), dw.x * dx[e], acc.x);
-        acc.y = fmaf(static_cast<float>(2 * s[2 + e] - sum[e]), dw.y * dx[e], acc.y);
-      }
-    }
-  }
-  return acc;
 }
 
 // One chunk of a row tile against one token: per-lane partial sums of rows g, g+8. act / meta:
 // the chunk's first block (act plus the lane's offset); quads: how many of its kQ quads exist.
-// Variant dp4a: every lane a share of every block.
 template <class Math, int kQ, bool kShared>
 __device__ __forceinline__ float2 dot_chunk(const Math& m, const uint32_t* act, const ActMeta* meta,
                                             const ChunkLoads<kQ>& t, int quads, int lane) {
-  if constexpr (std::is_same_v<Math, BmmaMath>) {
-    return dot_chunk_bmma<kQ, kShared>(m, act, meta, t, quads, lane);
-  } else {
-    float2 acc = make_float2(0.0f, 0.0f);
+  float2 acc = make_float2(0.0f, 0.0f);
 #pragma unroll
-    for (int i = 0; i < kQ; ++i) {
-      if (i >= quads) break;
-      const uint32_t words[8] = {t.bits[i][0].x, t.bits[i][0].y, t.bits[i][0].z, t.bits[i][0].w,
-                                 t.bits[i][1].x, t.bits[i][1].y, t.bits[i][1].z, t.bits[i][1].w};
-      const uint32_t halves[4] = {t.scales[i].x, t.scales[i].y, t.scales[i].z, t.scales[i].w};
+  for (int i = 0; i < kQ; ++i) {
+    if (i >= quads) break;
+    const uint32_t words[8] = {t.bits[i][0].x, t.bits[i][0].y, t.bits[i][0].z, t.bits[i][0].w,
+                               t.bits[i][1].x, t.bits[i][1].y, t.bits[i][1].z, t.bits[i][1].w};
+    const uint32_t halves[4] = {t.scales[i].x, t.scales[i].y, t.scales[i].z, t.scales[i].w};
 #pragma unroll
-      for (int j = 0; j < kQuadBlocks; ++j) {
-        const int blk = i * kQuadBlocks + j;
-        const ActMeta am = load_meta<kShared>(meta + blk);
-        const int neg_sum = (lane & 3) == 0 ? -am.sum : 0;
-        int i_lo, i_hi;
-        m.template block<kShared>(words[2 * j], words[2 * j + 1], act + blk * 32, neg_sum, i_lo,
-                                  i_hi);
-        __half2 h;
-        std::memcpy(&h, &halves[j], sizeof h);
-        const float2 dw = __half22float2(h);  // rows g, g+8
-        acc.x = fmaf(static_cast<float>(i_lo), dw.x * am.d, acc.x);
-        acc.y = fmaf(static_cast<float>(i_hi), dw.y * am.d, acc.y);
-      }
+    for (int j = 0; j < kQuadBlocks; ++j) {
+      const int blk = i * kQuadBlocks + j;
+      const ActMeta am = load_meta<kShared>(meta + blk);
+      const int neg_sum = (lane & 3) == 0 ? -am.sum : 0;
+      int i_lo, i_hi;
+      m.template block<kShared>(words[2 * j], words[2 * j + 1], act + blk * 32, neg_sum, i_lo,
+                                i_hi);
+      __half2 h;
+      std::memcpy(&h, &halves[j], sizeof h);
+      const float2 dw = __half22float2(h);  // rows g, g+8
+      acc.x = fmaf(static_cast<float>(i_lo), dw.x * am.d, acc.x);
+      acc.y = fmaf(static_cast<float>(i_hi), dw.y * am.d, acc.y);
     }
-    return acc;
   }
+  return acc;
 }
 
 // Sum over the four lanes t of each row (every lane gets the same value).

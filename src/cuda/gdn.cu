@@ -92,7 +92,6 @@
 #include <cuda_pipeline.h>
 
 #include <cmath>
-#include <cstdlib>
 
 #include "cuda/act_quantize.cuh"
 #include "cuda/kernel_util.cuh"
@@ -389,11 +388,6 @@ void launch_cols(const GdnArgs& a, bool l2, int n_v_heads, cudaStream_t s) {
 // CTAs balance the state's bytes across SMs; below that the narrowest slice gives the most
 // CTAs). The reduction order depends on it, so every launch of a shape uses the same.
 int cols_per_cta(int64_t n_v_heads, int64_t d) {
-  static const int forced = [] {
-    const char* e = std::getenv("GDN_EXP_GDN_COLS");
-    return e ? std::atoi(e) : 0;
-  }();
-  if (forced == 32 || forced == 16 || forced == 8) return forced;
   const int64_t min_ctas = 2 * int64_t(sm_count());
   if (n_v_heads * detail::ceil_div(d, 32) >= min_ctas) return 32;
   if (n_v_heads * detail::ceil_div(d, 16) >= min_ctas) return 16;

@@ -4,7 +4,8 @@
 # $OUT and a short summary last. Steps are chosen by name: scripts/device.sh ops tests lab bench
 # (also: chain [bench/chain_lab, the persistent GEMV chain], smbw [bench/sm_bw_lab, the DRAM
 # bandwidth of G SMs], icache [bench/icache_lab, what cold code costs], ncu [the one-launch
-# GEMV's stall reasons per SASS line], ncudecode [the same in decode steps], ncuchain [the
+# GEMV's stall reasons per SASS line], ncudecode [the same in decode steps], ncurecurrence
+# [the same for the GDN recurrence in decode steps], ncuchain [the
 # same for the chain kernel], profile
 # [every kernel's time in decode steps, one at a time under ncu], prefillprofile [the
 # same for pp512 prefills], sass, prevsass, altsass [the
@@ -130,6 +131,10 @@ for s in "${steps[@]}"; do
     # 1285, a few tokens in); the details page tells the steps apart by grid and shared memory.
     ncudecode) NCU_COUNT=${NCU_COUNT:-4} ncu_stalls ncudecode q1_gemv_kernel \
       "${NCU_SKIP:-1285}" "$bin/src/app/gdn" bench -p 0 -n 16 -r 1 --rounds 1 --rungs all,-graphs ;;
+    # The GDN recurrence in the decode the same way: NCU_COUNT launches (default 1) from the
+    # NCU_SKIP-th (default 480: ten tokens of 48 GDN layers in).
+    ncurecurrence) ncu_stalls ncurecurrence gdn_kernel "${NCU_SKIP:-480}" "$bin/src/app/gdn" \
+      bench -p 0 -n 16 -r 1 --rounds 1 --rungs all,-graphs ;;
     # The one-launch Q1_0 GEMV's SASS (sm_90a), for counting instructions per slot; prevsass and
     # altsass: the same for gdn_prev and gdn_alt, to compare the code two variants run.
     sass) gemv_sass sass "$bin/src/app/gdn" ;;

@@ -5,11 +5,10 @@
 # (also: chain [bench/chain_lab, the persistent GEMV chain], smbw [bench/sm_bw_lab, the DRAM
 # bandwidth of G SMs], icache [bench/icache_lab, what cold code costs], ncu [the one-launch
 # GEMV's stall reasons per SASS line], ncudecode [the same in decode steps], ncurecurrence
-# [the same for the GDN recurrence in decode steps], ncuchain [the
-# same for the chain kernel], profile
-# [every kernel's time in decode steps, one at a time under ncu], prefillprofile [the
-# same for pp512 prefills], sass, prevsass, altsass [the
-# one-launch GEMV's SASS of gdn, gdn_prev, gdn_alt], timeline and timelinebase [gdn bench
+# [the same for the GDN recurrence in decode steps], ncuchain [the same for the chain kernel],
+# profile [every kernel's time in decode steps, one at a time under ncu], prefillprofile [the
+# same for pp512 prefills], sass, prevsass, altsass [the one-launch GEMV's SASS of gdn,
+# gdn_prev, gdn_alt], timeline and timelinebase [gdn bench
 # --timeline, all exact rungs / baseline + graphs], timelinetests, opsof [OPS="a b": gdn ops
 # --op per name; OPS_PERF=1: with --perf],
 # opsperf, ladder, benchladder, nulls, benchbase [baseline granularity + graphs], tg [tg128

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Where a kernel's warps stall, from `ncu --page source --print-source sass --csv` output
-(scripts/device.sh ncu / ncudecode): for every profiled launch, its warp instructions and
+(scripts/device.sh's ncu steps): for every profiled launch, its warp instructions and
 stall-sample shares by reason, then its hottest straight runs of SASS (contiguous
 instructions executed equally often) with their samples and instruction-fetch stalls.
 

@@ -623,10 +623,11 @@ __global__ void __launch_bounds__(kQuantizeBlocks * 16)
 //    4 KB out of every step's path): tg128 337 against 348, the dot loop rescheduled;
 //  - (2026-12-06, H100) each pair of blocks' plane counts weighed by one int8 mma (u8 counts x
 //    s8 plane weights, a block per column), so that a lane scales whole blocks once instead of
-//    its planes' share of every block (q1_dot.cuh's arithmetic; ~40 fewer instructions a
-//    step): the plain GEMV 4-9% faster where a team runs several one-step slots (5120->10240,
-//    5120->17408), 15% slower on 17408-long rows (three steps in series before the barrier),
-//    tg128 343-344 against 347-348: each step's dependent chain grew more than its issue fell.
+//    its planes' share of every block (q1_dot.cuh's arithmetic; the dot loop 1478 instructions
+//    against 1520): the plain GEMV 4-9% faster where a team runs several one-step slots
+//    (5120->10240, 5120->17408), 15% slower on 17408-long rows (three steps in series before the
+//    barrier), tg128 343-344 against 347-348: each step's dependent chain grew more than its issue
+//    fell.
 // Seven more registers held across the dots made ptxas spill 12 bytes at its 96 (a slower GEMV
 // everywhere): the conv epilogue's taps travel through shared memory instead.
 //

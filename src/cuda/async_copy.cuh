@@ -32,6 +32,31 @@ __device__ __forceinline__ void mbar_wait(uint64_t* b, unsigned parity) {
       "r"(parity)
       : "memory");
 }
+// As mbar_wait, with acquire at cluster scope: for phases completed by other CTAs' st_async.
+__device__ __forceinline__ void mbar_wait_cluster(uint64_t* b, unsigned parity) {
+  asm volatile(
+      "{\n .reg .pred p;\n W%=:\n"
+      " mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n"
+      " @!p bra W%=;\n}" ::"r"(smem_addr(b)),
+      "r"(parity)
+      : "memory");
+}
+// Stores v at dst's counterpart in the cluster's CTA `rank` (st.async), completing 4
+// transaction bytes on b's counterpart there. The sender neither fences nor waits: unlike a
+// cluster barrier's release, it does not wait for this thread's earlier global stores.
+__device__ __forceinline__ void st_async_to_rank(float* dst, unsigned rank, float v, uint64_t* b) {
+  uint32_t to, bar;
+  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(to) : "r"(smem_addr(dst)), "r"(rank));
+  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(bar) : "r"(smem_addr(b)), "r"(rank));
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(to),
+      "r"(__float_as_uint(v)), "r"(bar)
+      : "memory");
+}
+// Orders mbarrier initialisation before a later relaxed cluster arrive (other CTAs use it).
+__device__ __forceinline__ void fence_mbar_init_cluster() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
 // bytes (a multiple of 16) from global src to shared dst (both 16-byte aligned), completing
 // as transaction bytes on the mbarrier b.
 __device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, uint64_t* b) {

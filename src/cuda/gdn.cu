@@ -85,15 +85,16 @@
 // ~7 after the wait (bench/gemv_lab). A head is exactly one 128-element activation block, so
 // the recurrence does it once per head instead: its CTAs run as one cluster, gather the
 // head's outputs in the first CTA, and one warp there applies the prologue and the quantiser
-// with their own device code (hand_off_codes). Measured (H200, 2026-12-02, bench/RESULTS.md):
-// ssm_out 8.81 -> 5.40 µs a step, the recurrence 4.45 -> 5.87; with attention's codes out,
-// tg128 325.1 -> 336.7.
+// with their own device code (send_codes_output, quantise_head). Measured (H200, 2026-12-02,
+// bench/RESULTS.md): ssm_out 8.81 -> 5.40 µs a step, the recurrence 4.45 -> 5.87; with attention's
+// codes out, tg128 325.1 -> 336.7.
 #include <cooperative_groups.h>
 #include <cuda_pipeline.h>
 
 #include <cmath>
 
 #include "cuda/act_quantize.cuh"
+#include "cuda/async_copy.cuh"
 #include "cuda/kernel_util.cuh"
 #include "cuda/matmul.cuh"
 #include "cuda/norm.cuh"
@@ -177,34 +178,34 @@ __device__ __forceinline__ float4 load4(const float* p) {
   return make_float4(p[0], p[1], p[2], p[3]);
 }
 
-// Codes out (GdnArgs::codes), after the token: every CTA's warp 0 stores its columns' o into
-// the cluster's first CTA (`head`, raw order), which then does what ssm_out's
-// HeadRmsNormMulGate prologue and quantiser do for this head's block, with their device code:
-// the head's sum of squares in norm.cuh's order for a 128-float chunk (one virtual warp, as
-// prologue_scales), its rms_scale, p = prologue_value(o, gate, w, scale) staged at stage_pos,
-// and the block quantised (mm::quantise_staged_blocks). Every thread of every CTA calls it:
-// the cluster barriers (the entry's arrive, in the kernel, orders the remote stores after
-// every CTA of the cluster has started).
-//
-// The first CTA's warp 0 loads its gate and norm elements (4·lane..) before the barriers, so
-// that they arrive while the cluster gathers. Measured (H200, 2026-12-02, timeline): the
-// recurrence took 5.87 µs a step so (4.45 without codes out), 6.04 with them loaded after the
-// barriers, 7.49 loaded before the token and held in registers through it (64 -> 71
-// registers: 4 -> 3 CTAs an SM).
-__device__ void hand_off_codes(const GdnArgs& a, int h, int j, bool writes, float o, float4* head) {
-  namespace cg = cooperative_groups;
-  cg::cluster_group cluster = cg::this_cluster();
-  const bool leader = cluster.block_rank() == 0 && threadIdx.x < 32;
-  const int lane = threadIdx.x & 31;
-  float4 g = {}, w = {};
-  if (leader) {
-    g = load4(a.codes.gate + int64_t(h) * kCodesD + 4 * lane);
-    w = load4(a.codes.norm + 4 * lane);
-  }
+// Codes out (GdnArgs::codes), after the token: every CTA's warp 0 sends its columns' o into
+// the cluster's first CTA (`head`, raw order) with st.async, and that CTA's warp 0 then does
+// what ssm_out's HeadRmsNormMulGate prologue and quantiser do for this head's block
+// (quantise_head). The sends complete transaction bytes on the first CTA's mbarrier `bar`
+// (initialised, with the head's kCodesD · 4 bytes expected, before the entry's cluster
+// arrive), so no CTA waits for another and none fences: a cluster.sync() here compiled to a
+// GPU-scope membar that waited for the state's stores, ~30% of the recurrence's stall samples
+// (ncu, H100, 2026-12-06). Every thread calls it: the entry's arrive and this wait order the
+// sends after every CTA of the cluster (the first one's mbarrier included) has started.
+__device__ void send_codes_output(bool writes, int j, float o, float4* head, uint64_t* bar) {
   mm::cluster_wait();
-  if (writes) cluster.map_shared_rank(reinterpret_cast<float*>(head), 0)[j] = o;
-  cluster.sync();  // release / acquire: the head's outputs are in the first CTA
-  if (!leader) return;
+  if (writes) mm::st_async_to_rank(reinterpret_cast<float*>(head) + j, 0, o, bar);
+}
+
+// The first CTA's warp 0, once the head's outputs have landed: the head's sum of squares in
+// norm.cuh's order for a 128-float chunk (one virtual warp, as prologue_scales), its
+// rms_scale, p = prologue_value(o, gate, w, scale) staged at stage_pos, and the block
+// quantised (mm::quantise_staged_blocks), with their device code.
+//
+// Gate and norm elements (4·lane..) are loaded before the wait, so that they arrive while the
+// cluster gathers. Measured (H200, 2026-12-02, timeline): the recurrence took 5.87 µs a step
+// so (4.45 without codes out), 6.04 with them loaded after the gathering, 7.49 loaded before
+// the token and held in registers through it (64 -> 71 registers: 4 -> 3 CTAs an SM).
+__device__ void quantise_head(const GdnArgs& a, int h, float4* head, uint64_t* bar) {
+  const int lane = threadIdx.x & 31;
+  const float4 g = load4(a.codes.gate + int64_t(h) * kCodesD + 4 * lane);
+  const float4 w = load4(a.codes.norm + 4 * lane);
+  mm::mbar_wait_cluster(bar, 0);
   float t[norm::kPerThread];
   norm::load_tile(reinterpret_cast<const float*>(head), kCodesD, 0, 0, t);
   const float scale = norm::rms_scale(norm::head_sum_squares_of_tile(t), kCodesD, a.codes.eps);
@@ -229,11 +230,9 @@ __global__ void __launch_bounds__(kThreads, kRows <= 8 ? 4 : 1) gdn_kernel(GdnAr
   constexpr int kGroups = kWarps * kSub;  // row groups per CTA
   static_assert(kCols * kSub == 32 && kRows * kGroups <= kMaxD, "slice shape");
   detail::pdl_launch_dependents();
-  const bool codes = a.codes.act != nullptr;
-  if (codes) mm::cluster_arrive();
-
   __shared__ float s_q[kStages][kMaxD], s_k[kStages][kMaxD], s_v[kStages][kCols];
   __shared__ float4 s_head[kCodesD / 4];  // codes out: the head's outputs, then p(o) staged
+  __shared__ uint64_t s_head_bar;         // codes out: the head's outputs have landed
   __shared__ float s_g[kStages], s_b[kStages];
   __shared__ float s_red[3][kWarps][kCols];  // per warp: Σ S·k, Σ S·q, Σ k·q per column
 
@@ -243,6 +242,16 @@ __global__ void __launch_bounds__(kThreads, kRows <= 8 ? 4 : 1) gdn_kernel(GdnAr
   const int c = lane % kCols, grp = warp * kSub + lane / kCols;
   const int j = col0 + c;
   const bool col_ok = j < d;
+  const bool codes = a.codes.act != nullptr;
+  const bool first_cta = codes && cooperative_groups::this_cluster().block_rank() == 0;
+  if (codes) {
+    if (first_cta && threadIdx.x == 0) {
+      mm::mbar_init(&s_head_bar, 1);
+      mm::mbar_arrive_expect_tx(&s_head_bar, kCodesD * sizeof(float));
+      mm::fence_mbar_init_cluster();
+    }
+    mm::cluster_arrive();
+  }
 
   float s[kRows];  // S[grp + kGroups·m][j]
   // Uniform; the load (and store) loops differ only in the element type.
@@ -354,10 +363,11 @@ __global__ void __launch_bounds__(kThreads, kRows <= 8 ? 4 : 1) gdn_kernel(GdnAr
     }
   }
 
+  if (codes) send_codes_output(warp == 0 && lane < kCols && col_ok, j, o_last, s_head, &s_head_bar);
   state::dispatch(a.out_type, [&](auto st) {
     store_state<decltype(st), kRows, kGroups>(s, a.state_out, h, d, grp, j, col_ok);
   });
-  if (codes) hand_off_codes(a, h, j, warp == 0 && lane < kCols && col_ok, o_last, s_head);
+  if (first_cta && warp == 0) quantise_head(a, h, s_head, &s_head_bar);
 }
 
 // Picks the smallest instantiated kRows (4, 8, 16, 32) that covers the key dim.

@@ -392,14 +392,8 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a) {
     if (i == 0) c_m = mx, c_l = l;
   }
   // Every CTA's merged partial is written, and visible to the cluster's first CTA (the
-  // cluster barrier has release/acquire semantics at cluster scope). A cluster of one CTA
-  // needs only the CTA barrier: cluster.sync() compiles to a GPU-scope membar, which would
-  // wait for this thread's gate and KV stores.
-  if (n_split > 1) {
-    cluster.sync();
-  } else {
-    __syncthreads();
-  }
+  // cluster barrier has release/acquire semantics at cluster scope).
+  cluster.sync();
 
   if (rank == 0) {
     float* oh = row_ptr(a.out, t) + int64_t(h) * D;
@@ -425,8 +419,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a) {
       }
     }
   }
-  // The first CTA has read every CTA's shared memory before any exits.
-  if (n_split > 1) cluster.sync();
+  cluster.sync();  // the first CTA has read every CTA's shared memory before any exits
 }
 
 template <int kDims>

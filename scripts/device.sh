@@ -1,21 +1,19 @@
 #!/usr/bin/env bash
-# One call on the GPU machine: runs the binaries built here (scripts/build_portable.sh, carried
-# as build-cuda/) — op checks, backend tests, the GEMV lab, the benchmark — with full logs in
-# $OUT and a short summary last. Steps are chosen by name: scripts/device.sh ops tests lab bench
-# (also: chain [bench/chain_lab, the persistent GEMV chain], smbw [bench/sm_bw_lab, the DRAM
-# bandwidth of G SMs], icache [bench/icache_lab, what cold code costs], ncu [the one-launch
-# GEMV's stall reasons per SASS line], ncudecode [the same in decode steps], ncurecurrence
-# [the same for the GDN recurrence in decode steps], ncuchain [the same for the chain kernel],
-# profile [every kernel's time in decode steps, one at a time under ncu], prefillprofile [the
-# same for pp512 prefills], sass, prevsass, altsass [the one-launch GEMV's SASS of gdn,
-# gdn_prev, gdn_alt], timeline and timelinebase [gdn bench
-# --timeline, all exact rungs / baseline + graphs], timelinetests, opsof [OPS="a b": gdn ops
-# --op per name; OPS_PERF=1: with --perf],
-# opsperf, ladder, benchladder, nulls, benchbase [baseline granularity + graphs], tg [tg128
-# alone], prevbench, prevbenchbase, prevtimeline and prevtg [bench, benchbase, timeline and tg
-# with a carried gdn_prev], prevlab [the lab carried as gemv_lab_prev], alttg, alttimeline and
-# altbench [tg, timeline and bench with a carried gdn_alt, a second variant], benchnographs,
-# compare, comparef32).
+# One call on the GPU machine: runs the binaries built here (scripts/build_portable.sh, carried as
+# build-cuda/) — op checks, backend tests, the GEMV lab, the benchmark — with full logs in $OUT and
+# a short summary last. Steps are chosen by name: scripts/device.sh ops tests lab bench (also: chain
+# [bench/chain_lab, the persistent GEMV chain], smbw [bench/sm_bw_lab, the DRAM bandwidth of G SMs],
+# icache [bench/icache_lab, what cold code costs], ncu [the one-launch GEMV's stall reasons per SASS
+# line], ncudecode [the same in decode steps], ncurecurrence [the same for the GDN recurrence in
+# decode steps], ncuattention [and for attention], ncuchain [the same for the chain kernel], profile
+# [every kernel's time in decode steps, one at a time under ncu], prefillprofile [the same for pp512
+# prefills], sass, prevsass, altsass [the one-launch GEMV's SASS of gdn, gdn_prev, gdn_alt],
+# timeline and timelinebase [gdn bench --timeline, all exact rungs / baseline + graphs],
+# timelinetests, opsof [OPS="a b": gdn ops --op per name; OPS_PERF=1: with --perf], opsperf, ladder,
+# benchladder, nulls, benchbase [baseline granularity + graphs], tg [tg128 alone], prevbench,
+# prevbenchbase, prevtimeline and prevtg [bench, benchbase, timeline and tg with a carried
+# gdn_prev], prevlab [the lab carried as gemv_lab_prev], alttg, alttimeline and altbench [tg,
+# timeline and bench with a carried gdn_alt, a second variant], benchnographs, compare, comparef32).
 # Every log comes back in $OUT/logs.tgz: the script moves them there as it ends, so a command
 # that reads a log on the GPU machine must do so before then (e.g. by a step of its own).
 set -uo pipefail
@@ -133,6 +131,8 @@ for s in "${steps[@]}"; do
     # The GDN recurrence in the decode the same way: NCU_COUNT launches (default 1) from the
     # NCU_SKIP-th (default 480: ten tokens of 48 GDN layers in).
     ncurecurrence) ncu_stalls ncurecurrence gdn_kernel "${NCU_SKIP:-480}" "$bin/src/app/gdn" \
+      bench -p 0 -n 16 -r 1 --rounds 1 --rungs all,-graphs ;;
+    ncuattention) ncu_stalls ncuattention attention_kernel "${NCU_SKIP:-160}" "$bin/src/app/gdn" \
       bench -p 0 -n 16 -r 1 --rounds 1 --rungs all,-graphs ;;
     # The one-launch Q1_0 GEMV's SASS (sm_90a), for counting instructions per slot; prevsass and
     # altsass: the same for gdn_prev and gdn_alt, to compare the code two variants run.

@@ -395,7 +395,7 @@ __global__ void __launch_bounds__(kChainThreads, 1)
       r.tag[e] = -1;
     }
     *r.hold = a.hold_producer ? 1 : 0;  // held until the first step's x is quantised
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    fence_mbar_init_cluster();
   }
   __syncthreads();  // the barriers are initialised before anyone uses them
   if (threadIdx.x >= 32 * kChainWarps) {

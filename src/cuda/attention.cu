@@ -22,10 +22,12 @@
 // rows and 4 V rows up front (coalesced: lanes read consecutive floats of a row), forms the 4
 // dot products with warp butterflies, then rescales and accumulates. Merging, in fixed order
 // (deterministic): each CTA merges its 8 warps' (m, l, o) through shared memory after one
-// barrier; after a cluster barrier the cluster's first CTA reads the others' merged partials
-// from their shared memory (Hopper distributed shared memory — no global workspace, no second
-// launch) and writes out = o / l; a last cluster barrier keeps every CTA's shared memory alive
-// until it has been read.
+// barrier and sends its merged partial into the cluster's first CTA (st.async into Hopper
+// distributed shared memory — no global workspace, no second launch), whose mbarrier counts
+// the bytes; that CTA merges the S partials in rank order and writes out = o / l. No cluster
+// barrier but the entry's: cluster.sync() compiles to a GPU-scope membar, which waited for the
+// prep's stores, and every CTA waited there, twice, for the slowest one (ncu, H100,
+// 2026-12-06: the two barriers held ~41% of the stall samples of a decode launch, S = 8).
 //
 // S (1, 2, 4 or 8, the portable cluster limit) is this flash-decoding split: decode has only H
 // (t, h) pairs (24 for Bonsai), so S grows until the grid has two CTAs per SM, as long as each
@@ -57,6 +59,7 @@
 #include <utility>
 
 #include "cuda/act_quantize.cuh"
+#include "cuda/async_copy.cuh"
 #include "cuda/kernel_util.cuh"
 #include "cuda/matmul.cuh"
 #include "cuda/norm.cuh"
@@ -256,7 +259,9 @@ template <int kDims>
 __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a) {
   namespace cg = cooperative_groups;
   __shared__ float s_m[kAttnWarps], s_l[kAttnWarps], s_o[kAttnWarps][32 * kDims];
-  __shared__ float c_m, c_l, c_o[32 * kDims];  // this CTA's merged partial
+  // The first CTA's: every CTA's merged partial, by rank, and the mbarrier counting their bytes.
+  __shared__ float r_m[kMaxSplit], r_l[kMaxSplit], r_o[kMaxSplit][32 * kDims];
+  __shared__ uint64_t r_bar;
   __shared__ float4 s_stage[kMaxHeadDim / 4];  // codes out: p(out) of the head, at stage_pos
   __shared__ float s_q[kMaxHeadDim], s_k[kMaxHeadDim], s_v[kMaxHeadDim];  // the prep's heads
 
@@ -269,6 +274,12 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a) {
   const int h = static_cast<int>(pair % a.n_head), kvh = h / a.group;
   const int D = a.head_dim;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (rank == 0 && threadIdx.x == 0) {
+    mm::mbar_init(&r_bar, 1);
+    mm::mbar_arrive_expect_tx(&r_bar, unsigned(n_split * (D + 2)) * sizeof(float));
+    mm::fence_mbar_init_cluster();
+  }
+  mm::cluster_arrive();  // the sends below wait for it: every CTA has started, r_bar is set
   // The position is settled before the wait: the host copies it before the graph starts.
   const int64_t n_kv = (a.pos_dev ? *a.pos_dev : a.pos0) + t + 1;  // causal: 0 .. pos0 + t
   const float* kb = a.k_cache + int64_t(kvh) * D;
@@ -309,7 +320,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a) {
 
   // Codes out: the first CTA's gate element of its thread, loaded with q so that it arrives in
   // q's round trip; asked for after the merge it was one more round trip on the hand-off's
-  // path (at position 17 a head is one CTA: the cluster barrier hides nothing). Measured (H200,
+  // path (at position 17 the merge hides little). Measured (H200,
   // 2026-12-02, gdn bench --timeline): the attention step 6.86 -> 5.53 µs, tg128 337.2 / 337.5
   // -> 339.2 / 339.0; 94 registers at kDims = 8 (80 before).
   const bool codes = a.codes.act != nullptr;
@@ -383,43 +394,42 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a) {
 
   float mx = -INFINITY;
   for (int w = 0; w < kAttnWarps; ++w) mx = fmaxf(mx, s_m[w]);
+  mm::cluster_wait();
   for (int i = threadIdx.x; i < D; i += blockDim.x) {
     float l, oi;
     merge_parts(
         kAttnWarps, [&](int w) { return s_m[w]; }, [&](int w) { return s_l[w]; },
         [&](int w) { return s_o[w][i]; }, l, oi);
-    c_o[i] = oi;
-    if (i == 0) c_m = mx, c_l = l;
+    mm::st_async_to_rank(&r_o[rank][i], 0, oi, &r_bar);
+    if (i == 0) {
+      mm::st_async_to_rank(&r_m[rank], 0, mx, &r_bar);
+      mm::st_async_to_rank(&r_l[rank], 0, l, &r_bar);
+    }
   }
-  // Every CTA's merged partial is written, and visible to the cluster's first CTA (the
-  // cluster barrier has release/acquire semantics at cluster scope).
-  cluster.sync();
+  if (rank != 0) return;  // the first CTA waits for every byte sent to it before it exits
 
-  if (rank == 0) {
-    float* oh = row_ptr(a.out, t) + int64_t(h) * D;
-    for (int i = threadIdx.x; i < D; i += blockDim.x) {
-      float l, oi;
-      merge_parts(
-          n_split, [&](int r) { return *cluster.map_shared_rank(&c_m, r); },
-          [&](int r) { return *cluster.map_shared_rank(&c_l, r); },
-          [&](int r) { return cluster.map_shared_rank(c_o, r)[i]; }, l, oi);
-      const float y = oi / l;
-      oh[i] = y;
-      if (codes) {  // attn_output's MulGate prologue, p = out·gate, staged as its GEMV stages it
-        reinterpret_cast<float*>(s_stage)[4 * mm::stage_pos(i >> 2) + (i & 3)] =
-            mm::prologue_value<model::Prologue::MulGate>(y, gate, 0.0f, 0.0f);
-      }
-    }
-    if (codes) {  // the head's D / 128 blocks quantised by warp 0 (mm::quantise_staged_blocks)
-      __syncthreads();
-      const int blocks = D / 128;
-      if (warp == 0) {
-        mm::quantise_staged_blocks(s_stage, blocks, lane, a.codes.act,
-                                   static_cast<mm::ActMeta*>(a.codes.meta), int64_t(h) * blocks);
-      }
+  mm::mbar_wait_cluster(&r_bar, 0);
+  float* oh = row_ptr(a.out, t) + int64_t(h) * D;
+  for (int i = threadIdx.x; i < D; i += blockDim.x) {
+    float l, oi;
+    merge_parts(
+        n_split, [&](int r) { return r_m[r]; }, [&](int r) { return r_l[r]; },
+        [&](int r) { return r_o[r][i]; }, l, oi);
+    const float y = oi / l;
+    oh[i] = y;
+    if (codes) {  // attn_output's MulGate prologue, p = out·gate, staged as its GEMV stages it
+      reinterpret_cast<float*>(s_stage)[4 * mm::stage_pos(i >> 2) + (i & 3)] =
+          mm::prologue_value<model::Prologue::MulGate>(y, gate, 0.0f, 0.0f);
     }
   }
-  cluster.sync();  // the first CTA has read every CTA's shared memory before any exits
+  if (codes) {  // the head's D / 128 blocks quantised by warp 0 (mm::quantise_staged_blocks)
+    __syncthreads();
+    const int blocks = D / 128;
+    if (warp == 0) {
+      mm::quantise_staged_blocks(s_stage, blocks, lane, a.codes.act,
+                                 static_cast<mm::ActMeta*>(a.codes.meta), int64_t(h) * blocks);
+    }
+  }
 }
 
 template <int kDims>

@@ -320,9 +320,9 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a) {
 
   // Codes out: the first CTA's gate element of its thread, loaded with q so that it arrives in
   // q's round trip; asked for after the merge it was one more round trip on the hand-off's
-  // path (at position 17 the merge hides little). Measured (H200,
-  // 2026-12-02, gdn bench --timeline): the attention step 6.86 -> 5.53 µs, tg128 337.2 / 337.5
-  // -> 339.2 / 339.0; 94 registers at kDims = 8 (80 before).
+  // path (at position 17 the merge hides little). Measured (H200, 2026-12-02, gdn bench
+  // --timeline): the attention step 6.86 -> 5.53 µs, tg128 337.2 / 337.5 -> 339.2 / 339.0; 94
+  // registers at kDims = 8 (80 before).
   const bool codes = a.codes.act != nullptr;
   float gate = 0.0f;
   const float* qh;

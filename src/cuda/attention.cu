@@ -284,22 +284,6 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a) {
   mm::cluster_arrive();  // the sends below wait for it: every CTA has started, r_bar is set
   // The position is settled before the wait: the host copies it before the graph starts.
   const int64_t n_kv = (a.pos_dev ? *a.pos_dev : a.pos0) + t + 1;  // causal: 0 .. pos0 + t
-  // Element i of this CTA's merged partial (with i = 0 also its m and l) into the first CTA.
-  const auto send = [&](int i, float oi, float m, float l) {
-    mm::st_async_to_rank(&r_o[rank][i], 0, oi, &r_bar);
-    if (i == 0) {
-      mm::st_async_to_rank(&r_m[rank], 0, m, &r_bar);
-      mm::st_async_to_rank(&r_l[rank], 0, l, &r_bar);
-    }
-  };
-  // A CTA whose share of the keys is empty sends the empty partial its merge would send
-  // (m = −inf, l = 0, o = 0) and exits: no prep, no wait for the previous kernel. In decode
-  // most are: S is sized by the context's bound, not the position (rank 0 always has key 0).
-  if (int64_t(rank) * kAttnWarps * kBatch >= n_kv) {
-    mm::cluster_wait();
-    for (int i = threadIdx.x; i < D; i += blockDim.x) send(i, 0.0f, -INFINITY, 0.0f);
-    return;
-  }
   const float* kb = a.k_cache + int64_t(kvh) * D;
   const float* vb = a.v_cache + int64_t(kvh) * D;
   // The prep's angles depend on the position alone, which the host writes before the launch
@@ -418,7 +402,11 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a) {
     merge_parts(
         kAttnWarps, [&](int w) { return s_m[w]; }, [&](int w) { return s_l[w]; },
         [&](int w) { return s_o[w][i]; }, l, oi);
-    send(i, oi, mx, l);
+    mm::st_async_to_rank(&r_o[rank][i], 0, oi, &r_bar);
+    if (i == 0) {
+      mm::st_async_to_rank(&r_m[rank], 0, mx, &r_bar);
+      mm::st_async_to_rank(&r_l[rank], 0, l, &r_bar);
+    }
   }
   if (rank != 0) return;  // the first CTA waits for every byte sent to it before it exits
 

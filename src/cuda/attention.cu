@@ -30,6 +30,11 @@
 // 2026-12-06: the two barriers held ~41% of the stall samples of a decode launch, S = 8).
 // Measured so (same call, gdn bench --timeline at position 17): the attention step 8.31 ->
 // 6.99 µs, attn_output after it 5.48 -> 5.14; tg128 353.6 / 353.2 -> 357.6 / 357.0.
+// In decode S is sized by the context's bound, so most CTAs get no key; letting those send the
+// empty partial and exit at once (no prep, no wait) was slower: attention 7.01 -> 7.44 µs,
+// attn_output 5.19 -> 5.56, q+k+v before them 8.51 -> 8.93, tg128 -0.3% (H100, 2026-12-06).
+// Reading, not tested: held at their wait they kept the SMs from the next GEMV's CTAs, which
+// otherwise start early and prefetch their weights while q+k+v still streams its own.
 //
 // S (1, 2, 4 or 8, the portable cluster limit) is this flash-decoding split: decode has only H
 // (t, h) pairs (24 for Bonsai), so S grows until the grid has two CTAs per SM, as long as each

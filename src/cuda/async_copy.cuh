@@ -44,7 +44,8 @@ __device__ __forceinline__ void mbar_wait_cluster(uint64_t* b, unsigned parity) 
 }
 // Stores v at dst's counterpart in the cluster's CTA `rank` (st.async), completing 4
 // transaction bytes on b's counterpart there. The sender neither fences nor waits: unlike a
-// cluster barrier's release, it does not wait for this thread's earlier global stores.
+// cluster barrier's release, it does not wait for this thread's earlier global stores. Only in
+// clusters of more than one CTA: the PTX ISA leaves st.async undefined in a cluster of one.
 __device__ __forceinline__ void st_async_to_rank(float* dst, unsigned rank, float v, uint64_t* b) {
   uint32_t to, bar;
   asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(to) : "r"(smem_addr(dst)), "r"(rank));

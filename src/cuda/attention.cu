@@ -24,10 +24,11 @@
 // (deterministic): each CTA merges its 8 warps' (m, l, o) through shared memory after one
 // barrier and sends its merged partial into the cluster's first CTA (st.async into Hopper
 // distributed shared memory — no global workspace, no second launch), whose mbarrier counts
-// the bytes; that CTA merges the S partials in rank order and writes out = o / l. No cluster
-// barrier but the entry's: cluster.sync() compiles to a GPU-scope membar, which waited for the
-// prep's stores, and every CTA waited there, twice, for the slowest one (ncu, H100,
-// 2026-12-06: the two barriers held ~41% of the stall samples of a decode launch, S = 8).
+// the bytes (S = 1: a plain store and a CTA barrier); that CTA merges the S partials in rank
+// order and writes out = o / l. No cluster barrier but the entry's: cluster.sync() compiles to
+// a GPU-scope membar, which waited for the prep's stores, and every CTA waited there, twice,
+// for the slowest one (ncu, H100, 2026-12-06: the two barriers held ~41% of the stall samples
+// of a decode launch, S = 8).
 // Measured so (same call, gdn bench --timeline at position 17): the attention step 8.31 ->
 // 6.99 µs, attn_output after it 5.48 -> 5.14; tg128 353.6 / 353.2 -> 357.6 / 357.0.
 // In decode S is sized by the context's bound, so most CTAs get no key; letting those send the
@@ -281,12 +282,15 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a) {
   const int h = static_cast<int>(pair % a.n_head), kvh = h / a.group;
   const int D = a.head_dim;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (rank == 0 && threadIdx.x == 0) {
+  // st.async needs a cluster of more than one CTA (PTX ISA: undefined in a cluster of one), so
+  // with S = 1 (most prefills) the partial is stored plainly and met at a CTA barrier.
+  const bool remote = n_split > 1;
+  if (remote && rank == 0 && threadIdx.x == 0) {
     mm::mbar_init(&r_bar, 1);
     mm::mbar_arrive_expect_tx(&r_bar, unsigned(n_split * (D + 2)) * sizeof(float));
     mm::fence_mbar_init_cluster();
   }
-  mm::cluster_arrive();  // the sends below wait for it: every CTA has started, r_bar is set
+  if (remote) mm::cluster_arrive();  // the sends wait for it: every CTA started, r_bar is set
   // The position is settled before the wait: the host copies it before the graph starts.
   const int64_t n_kv = (a.pos_dev ? *a.pos_dev : a.pos0) + t + 1;  // causal: 0 .. pos0 + t
   const float* kb = a.k_cache + int64_t(kvh) * D;
@@ -401,21 +405,33 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a) {
 
   float mx = -INFINITY;
   for (int w = 0; w < kAttnWarps; ++w) mx = fmaxf(mx, s_m[w]);
-  mm::cluster_wait();
+  if (remote) mm::cluster_wait();
+  // Element i of this CTA's merged partial (with i = 0 also its m and l) into the first CTA.
+  const auto send = [&](float* to, float v) {
+    if (remote) {
+      mm::st_async_to_rank(to, 0, v, &r_bar);
+    } else {
+      *to = v;
+    }
+  };
   for (int i = threadIdx.x; i < D; i += blockDim.x) {
     float l, oi;
     merge_parts(
         kAttnWarps, [&](int w) { return s_m[w]; }, [&](int w) { return s_l[w]; },
         [&](int w) { return s_o[w][i]; }, l, oi);
-    mm::st_async_to_rank(&r_o[rank][i], 0, oi, &r_bar);
+    send(&r_o[rank][i], oi);
     if (i == 0) {
-      mm::st_async_to_rank(&r_m[rank], 0, mx, &r_bar);
-      mm::st_async_to_rank(&r_l[rank], 0, l, &r_bar);
+      send(&r_m[rank], mx);
+      send(&r_l[rank], l);
     }
   }
   if (rank != 0) return;  // the first CTA waits for every byte sent to it before it exits
 
-  mm::mbar_wait_cluster(&r_bar, 0);
+  if (remote) {
+    mm::mbar_wait_cluster(&r_bar, 0);
+  } else {
+    __syncthreads();
+  }
   float* oh = row_ptr(a.out, t) + int64_t(h) * D;
   for (int i = threadIdx.x; i < D; i += blockDim.x) {
     float l, oi;

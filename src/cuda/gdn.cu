@@ -188,7 +188,8 @@ __device__ __forceinline__ float4 load4(const float* p) {
 // (ncu, H100, 2026-12-06); replaced so, the recurrence took 5.02 µs a step against 5.75 and
 // tg128 was 353.6 / 354.5 against 349.6 / 349.8 (timeline, same call). Every thread calls it: the
 // entry's arrive and this wait order the sends after every CTA of the cluster (the first one's
-// mbarrier included) has started.
+// mbarrier included) has started. A head's cluster has d / kCols = 4 or 8 CTAs, never one
+// (st.async is undefined in a cluster of one).
 __device__ void send_codes_output(bool writes, int j, float o, float4* head, uint64_t* bar) {
   mm::cluster_wait();
   if (writes) mm::st_async_to_rank(reinterpret_cast<float*>(head) + j, 0, o, bar);

@@ -132,6 +132,7 @@ for s in "${steps[@]}"; do
     # NCU_SKIP-th (default 480: ten tokens of 48 GDN layers in).
     ncurecurrence) ncu_stalls ncurecurrence gdn_kernel "${NCU_SKIP:-480}" "$bin/src/app/gdn" \
       bench -p 0 -n 16 -r 1 --rounds 1 --rungs all,-graphs ;;
+    # And attention: NCU_SKIP default 160, ten tokens of 16 attention layers in.
     ncuattention) ncu_stalls ncuattention attention_kernel "${NCU_SKIP:-160}" "$bin/src/app/gdn" \
       bench -p 0 -n 16 -r 1 --rounds 1 --rungs all,-graphs ;;
     # The one-launch Q1_0 GEMV's SASS (sm_90a), for counting instructions per slot; prevsass and

@@ -1,8 +1,9 @@
 // Shared-memory mbarriers, bulk copies (cp.async.bulk, sm_90), 16-byte cp.async and the acquire
 // load of a GPU-wide counter: the pieces of a kernel that streams weights into shared memory and
 // meets at grid barriers (the GEMV chain, q1_chain.cu; the split-K MLP of branch
-// exp/s27-split-k-mlp used them too), of the int8 prefill product's staging, and of the GDN
-// recurrence's codes out (st.async into the cluster's first CTA).
+// exp/s27-split-k-mlp used them too), of the int8 prefill product's staging, and of the
+// hand-offs into a cluster's first CTA by st.async (the GDN recurrence's codes out, attention's
+// merge).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -185,8 +185,8 @@ __device__ __forceinline__ float4 load4(const float* p) {
 // (initialised, with the head's kCodesD · 4 bytes expected, before the entry's cluster
 // arrive), so no CTA waits for another and none fences. A cluster.sync() here compiled to a
 // GPU-scope membar that waited for the state's stores, ~30% of the recurrence's stall samples
-// (ncu, H100, 2026-12-06); replaced so, the recurrence took 5.02 µs a step against 5.75 and
-// tg128 was 353.6 / 354.5 against 349.6 / 349.8 (timeline, same call). Every thread calls it: the
+// (ncu, H100, 2026-12-06); replaced so, the recurrence took 4.99 µs a step against 5.75 and
+// tg128 was 353.6 / 354.3 against 349.6 / 349.8 (timeline, same call). Every thread calls it: the
 // entry's arrive and this wait order the sends after every CTA of the cluster (the first one's
 // mbarrier included) has started. A head's cluster has d / kCols = 4 or 8 CTAs, never one
 // (st.async is undefined in a cluster of one).

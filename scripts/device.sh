@@ -10,7 +10,8 @@
 # prefills], sass, prevsass, altsass [the one-launch GEMV's SASS of gdn, gdn_prev, gdn_alt],
 # timeline and timelinebase [gdn bench --timeline, all exact rungs / baseline + graphs],
 # timelinetests, opsof [OPS="a b": gdn ops --op per name; OPS_PERF=1: with --perf], opsperf, ladder,
-# benchladder, nulls, benchbase [baseline granularity + graphs], tg [tg128 alone], prevbench,
+# benchladder, nulls, benchbase [baseline granularity + graphs], tg [tg128 alone], tgctx and
+# timelinectx [the same at CTX="160 256" context bounds], prevbench,
 # prevbenchbase, prevtimeline and prevtg [bench, benchbase, timeline and tg with a carried
 # gdn_prev], prevlab [the lab carried as gemv_lab_prev], alttg, alttimeline and altbench [tg,
 # timeline and bench with a carried gdn_alt, a second variant], benchnographs, compare, comparef32).
@@ -150,6 +151,12 @@ for s in "${steps[@]}"; do
     prevbench) run_step prevbench "$bin/gdn_prev" bench -r 3 --rounds 2 ;;
     # tg128 alone (no pp512), for a side-by-side pair in a short call.
     tg) run_step tg "$bin/src/app/gdn" bench -p 0 -r 3 --rounds 2 ;;
+    # tg128 and the timeline at other context bounds (CTX="160 256": decode attention's key
+    # split follows the bound, S = 1 below 256 keys, 2 below 512, 4 below 1024, else 8).
+    tgctx) for c in ${CTX:?set CTX to context bounds}; do
+      run_step "tg_c$c" "$bin/src/app/gdn" bench -p 0 -r 3 --rounds 2 -c "$c"; done ;;
+    timelinectx) for c in ${CTX:?set CTX to context bounds}; do
+      run_step "timeline_c$c" "$bin/src/app/gdn" bench --timeline -n 16 -c "$c"; done ;;
     prevtg) run_step prevtg "$bin/gdn_prev" bench -p 0 -r 3 --rounds 2 ;;
     prevtimeline) run_step prevtimeline "$bin/gdn_prev" bench --timeline -n 16 ;;
     prevbenchbase) run_step prevbenchbase "$bin/gdn_prev" bench -p 0 -r 3 --rounds 2 --rungs graphs ;;

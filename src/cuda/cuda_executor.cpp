@@ -17,9 +17,7 @@ CudaExecutor::CudaExecutor(const model::Model& model, const runtime::ExecutorOpt
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
-  CUDA_CHECK(cudaEventCreateWithFlags(&host_copied_, cudaEventDisableTiming));
   pos_dev_ = DeviceBuffer(sizeof(int32_t));
-  pos_host_ = PinnedBuffer(sizeof(int32_t));
   rope_angles_ = DeviceBuffer(model::kMaxAttnPrepHeadDim * sizeof(double));  // n_rot <= head_dim
   upload_weights();
   const size_t blocks = size_t((max_n_in_ + 511) / 512 * 4);  // no allocation during capture
@@ -33,7 +31,6 @@ CudaExecutor::~CudaExecutor() {
   for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g.exec);
   for (cudaEvent_t e : join_events_) cudaEventDestroy(e);
   if (fork_) cudaEventDestroy(fork_);
-  if (host_copied_) cudaEventDestroy(host_copied_);
   if (side_) cudaStreamDestroy(side_);
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -217,10 +214,9 @@ void CudaExecutor::run_graph(ProgramMem& pm, int64_t T, bool all_logits, int slo
     fail("cuda graphs: the program must start with its embedding step");
   }
   step(steps.front(), pm, ids, s, last_count_);
-  *pos_host_.as<int32_t>() = static_cast<int32_t>(s.n_past);  // the embedding step waited
-  CUDA_CHECK(cudaMemcpyAsync(pos_dev_.get(), pos_host_.get(), sizeof(int32_t),
-                             cudaMemcpyHostToDevice, stream_));
-  CUDA_CHECK(cudaEventRecord(host_copied_, stream_));
+  pos_host_ = static_cast<int32_t>(s.n_past);
+  CUDA_CHECK(cudaMemcpyAsync(pos_dev_.get(), &pos_host_, sizeof(int32_t), cudaMemcpyHostToDevice,
+                             stream_));
   Graph& g = graphs_[{T, all_logits, slot, build_.rungs, build_.null_dispatches}];
   if (!g.exec) {
     workspace_.reserve(max_n_in_, T);
@@ -352,25 +348,20 @@ int CudaExecutor::launch(const model::Step& s, ProgramMem& pm, std::span<const i
     case Op::Embed: {
       // The embedding table stays on the host, as llama.cpp keeps it: a token reads one row,
       // so gathering on the CPU and copying n_tokens rows is cheaper than holding the table.
-      // The rows go through pinned memory, so the copy is asynchronous and the host goes on to
-      // the next launch; it used to wait here for the copy to leave a pageable buffer, one more
-      // host round trip before every token's graph. The pinned rows (and the position beside
-      // them) are rewritten only once the previous forward's copies have left them.
       const DevRows y = out();
-      const size_t bytes = size_t(y.rows * y.cols) * sizeof(float);
-      CUDA_CHECK(cudaEventSynchronize(host_copied_));
-      if (embed_host_.bytes() < bytes) embed_host_ = PinnedBuffer(bytes);
-      float* rows = embed_host_.as<float>();
+      embed_host_.resize(size_t(y.rows * y.cols));
       const model::Matrix& t = model_.token_embd;
       for (int64_t r = 0; r < y.rows; ++r) {
         const int32_t id = ids[static_cast<size_t>(r)];
         if (id < 0 || id >= t.n_out) {
           fail("token id {} at position {} is outside the vocabulary [0, {})", id, r, t.n_out);
         }
-        quant::dequantize_row(t.type, t.row(id), rows + r * y.cols, t.n_in);
+        quant::dequantize_row(t.type, t.row(id), embed_host_.data() + r * y.cols, t.n_in);
       }
-      CUDA_CHECK(cudaMemcpyAsync(y.data, rows, bytes, cudaMemcpyHostToDevice, st));
-      CUDA_CHECK(cudaEventRecord(host_copied_, st));
+      CUDA_CHECK(cudaMemcpyAsync(y.data, embed_host_.data(), embed_host_.size() * sizeof(float),
+                                 cudaMemcpyHostToDevice, st));
+      // The host buffer is reused by the next forward: wait for the copy to leave it.
+      CUDA_CHECK(cudaStreamSynchronize(st));
       return 1;
     }
     case Op::RmsNorm:

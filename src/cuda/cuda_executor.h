@@ -112,12 +112,8 @@ class CudaExecutor : public runtime::Executor {
   std::vector<Slot> slots_;
   std::map<std::tuple<int64_t, bool, model::Rungs, int>, ProgramMem> programs_;
   MatmulWorkspace workspace_;
-  // Embedding rows gathered on the host and the position for graph replays, in pinned memory
-  // so that their copies are asynchronous; host_copied_ is recorded after the copies, and the
-  // next forward waits for it before it rewrites them (see step()).
-  PinnedBuffer embed_host_, pos_host_;
-  cudaEvent_t host_copied_ = nullptr;
-  PinnedBuffer logits_host_;  // the last forward's logits when they are not host_logits
+  std::vector<float> embed_host_;  // embedding rows gathered on the host (see step())
+  PinnedBuffer logits_host_;       // the last forward's logits when they are not host_logits
   // The activation codes a step writes for the Q1_0 GEMV right after it (a gate+up GEMV for
   // ffn_down: link_codes; the GDN recurrence for ssm_out and attention for attn_output:
   // codes_out_for), that GEMV's step and its blocks of codes.
@@ -132,6 +128,7 @@ class CudaExecutor : public runtime::Executor {
   // The fused attention prep's rope angles (AttnPrep::angles, ProgramMem::first_prep).
   DeviceBuffer rope_angles_;
   DeviceBuffer pos_dev_;    // int32 position read by graph-captured kernels
+  int32_t pos_host_ = 0;    // its source for the copy before each replay
   bool capturing_ = false;  // steps are being captured into a graph
   int64_t max_n_in_ = 0;    // widest matrix input: sizes the matmul workspace before capture
   size_t weight_bytes_ = 0;

@@ -660,7 +660,6 @@ struct Q1GemvArgs {
   uint32_t* act_out;
   ActMeta* meta_out;
   int own_blocks, own_rounds;
-  int layout_probe;  // unused: shifts the fields after it by 8 bytes (probe, not kept)
   const uint32_t* act_in;
   const ActMeta* meta_in;
   int blocks_in;

@@ -78,7 +78,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <iterator>
 #include <map>
@@ -664,7 +663,6 @@ struct Q1GemvArgs {
   const uint32_t* act_in;
   const ActMeta* meta_in;
   int blocks_in;
-  int tail_team_major;  // experiment (GDN_EXP_TAIL_TM): a pair's shared rounds team-major
   EpilogueArgs epi;
   PrologueArgs pro;
   // Folded rows (FusedGemv::fold_*; none where fold_rows[1] is 0): CTA r < fold_rows[1]
@@ -810,8 +808,6 @@ struct GemvCta {
   __device__ void locate(GemvStep& st) const {
     if (pair) {
       st.m = st.ms;
-      if (a.tail_team_major && st.round == a.own_rounds)  // last team first, CTAs grid apart
-        st.slot = st.round * gridDim.x * a.teams + (a.teams - 1 - team) * gridDim.x + blockIdx.x;
       st.tile = st.round < a.own_rounds ? own_tile0() + st.round * a.teams + team : st.slot;
       return;
     }
@@ -832,13 +828,7 @@ struct GemvCta {
         const int t0 = own_tile0(), n = a.own_rounds * a.teams;
         prefetch_l2(a.bits[m] + int64_t(t0) * a.n_quads * 64, uint32_t(n) * tile_bits);
         prefetch_l2(a.scales[m] + int64_t(t0) * a.n_quads * 8, uint32_t(n) * tile_scales);
-        if (!a.tail_team_major) continue;
-        for (int t = blockIdx.x + a.own_rounds * stride; t < a.n_slots; t += gridDim.x) {
-          prefetch_l2(a.bits[m] + int64_t(t) * a.n_quads * 64, tile_bits);
-          prefetch_l2(a.scales[m] + int64_t(t) * a.n_quads * 8, tile_scales);
-        }
       }
-      if (a.tail_team_major) return;
     }
     for (int s0 = blockIdx.x * a.teams + a.own_rounds * stride; s0 < a.n_slots; s0 += stride) {
       const int s1 = min(s0 + a.teams, a.n_slots);
@@ -1539,8 +1529,6 @@ GemvShape teams_shape(const FusedGemv& f) {
     if (a.own_blocks == 0 || !f.codes_act || !f.codes_meta)
       fail_shape(f, "cannot write codes out (SiluMulPair, whole blocks for every CTA)", g.smem);
     a.own_rounds = a.own_blocks * kTilesPerBlock / a.teams;
-    const char* tm = std::getenv("GDN_EXP_TAIL_TM");
-    a.tail_team_major = !(tm && std::string(tm) == "0");
     a.act_out = f.codes_act;
     a.meta_out = static_cast<ActMeta*>(f.codes_meta);
   }

@@ -581,7 +581,10 @@ void attention(DevRows q, float* k_cache, float* v_cache, DevRows out, int64_t n
                    p.angles,
                    p.angles_given};
   // The key split: doubled while the grid is under two CTAs per SM and every CTA keeps at
-  // least kMinSplitKeys of the longest row's keys.
+  // least kMinSplitKeys of the longest row's keys. A decode sized by its bound runs S = 8 at
+  // positions where 1 or 2 would do; that costs nothing: at -c 160 (S = 1) attention is 0.8 µs
+  // shorter but q+k+v and attn_output beside it as much longer, tg128 354.3 against 356.8-357.1
+  // (H100, 2026-12-06, scripts/device.sh tgctx).
   const int64_t pairs = out.rows * n_head, max_kv = pos.plan() + out.rows;
   const int64_t min_ctas = 2 * int64_t(sm_count());
   int split = 1;

@@ -785,6 +785,17 @@ struct GemvCta {
   // Codes out: the first row tile of this CTA's own blocks.
   __device__ int own_tile0() const { return static_cast<int>(blockIdx.x) * a.own_rounds * a.teams; }
 
+  // A pair with own rounds takes its shared rounds team-major, last team first: CTA b's
+  // shared slots are b + j * grid past the own rounds, team teams - 1 - j % teams (the own
+  // rounds' tiles do not depend on the slot). Gate+up's 32 leftover pairs then run on 32 CTAs'
+  // last teams, not on all four teams of 8 CTAs. Set here, after the prologue, and not in
+  // first_step: there the same slot made ptxas spill inside the dot loop (a select: 16 B; host
+  // multipliers: 4 B; scripts/bmma_regs.py), here the loop's code is main's but for a few
+  // registers after the dots.
+  __device__ void team_major_shared_rounds(GemvStep& st) const {
+    if (a.own_rounds > 0)
+      st.slot = (a.teams - 1 - team) * static_cast<int>(gridDim.x) + static_cast<int>(blockIdx.x);
+  }
   // The first step of this team: its first slot, matrix and tile.
   __device__ GemvStep first_step() const {
     GemvStep st{static_cast<int>(blockIdx.x) * a.teams + team, 0, 0, 0, 0, 0};
@@ -829,6 +840,14 @@ struct GemvCta {
         prefetch_l2(a.bits[m] + int64_t(t0) * a.n_quads * 64, uint32_t(n) * tile_bits);
         prefetch_l2(a.scales[m] + int64_t(t0) * a.n_quads * 8, uint32_t(n) * tile_scales);
       }
+      // The shared rounds, team-major (team_major_shared_rounds).
+      for (int s = a.own_rounds * stride + blockIdx.x; s < a.n_slots; s += gridDim.x) {
+        for (int m = 0; m < 2; ++m) {
+          prefetch_l2(a.bits[m] + int64_t(s) * a.n_quads * 64, tile_bits);
+          prefetch_l2(a.scales[m] + int64_t(s) * a.n_quads * 8, tile_scales);
+        }
+      }
+      return;
     }
     for (int s0 = blockIdx.x * a.teams + a.own_rounds * stride; s0 < a.n_slots; s0 += stride) {
       const int s1 = min(s0 + a.teams, a.n_slots);
@@ -1150,6 +1169,7 @@ __global__ void __launch_bounds__(32 * gemv_max_warps(kQ))
   // registers), the sum out of line (92 B spilled).
   if (a.fold_rows[1] > 0) c.fold_sum();
   c.stamp(kTracePrologue);
+  c.team_major_shared_rounds(st);
   // The next step's loads go out before the current step is processed, into buf1, moved to buf0
   // after it (24 register moves a step at kQ = 2). Not unrolled by two (both buffers in registers,
   // no moves): that kept two copies of the step's code (the dots, the reduction, every epilogue) in

@@ -1452,8 +1452,9 @@ size_t gemv_layout(Q1GemvArgs& a) {
 // pair's team-major round took 0.71 µs off gate+up (16.30 -> 15.60), but that binary's gate+up
 // was 1.3 µs slower than main's with it off (ffn_down +0.4, the qkv steps -0.4), whether or
 // not the switch's flag moved the other kernel parameters: tg128 351.2-352.8 against main's
-// 353.7-356.3 in the same calls (H100, 2026-12-06). The tail is worth ~0.7 µs a step once a form of
-// it leaves the kernel's compiled layout as good as main's.
+// 353.7-356.3 in the same calls (H100, 2026-12-06). With the slot set after the prologue
+// (GemvCta::team_major_shared_rounds), the loop's code stayed as it was: gate+up 14.97 -> 14.45 µs,
+// tg128 354.4 -> 358.0 (H100, 2026-12-06).
 int gemv_teams(int kQ, int slices, int n_slots, int n_sm) {
   const int cap = std::max(1, std::min(gemv_max_warps(kQ) / slices, 15));  // barriers 1..15
   int best = 1;

@@ -1548,6 +1548,9 @@ GemvShape teams_shape(const FusedGemv& f) {
   if (g.smem > allow_max_smem(kernel)) fail_shape(f, "does not fit", g.smem);
   const int per_sm = occupancy(kernel, g.threads, g.smem);
   if (per_sm < 1) fail_shape(f, "has no CTA that fits", g.smem);
+  // As few CTAs as one round needs: ffn_down, ssm_out and attn_output (320 tiles, 3 teams) take
+  // 107 SMs and leave 25 to the next kernel's early CTAs. On all 132 (2-3 teams each, slots
+  // team-major) tg128 fell 2.8% (H100, 2026-12-06, same binary).
   g.grid = static_cast<unsigned>(
       std::min<int64_t>(int64_t(per_sm) * n_sm, ceil_div(a.n_slots, a.teams)));
   if (f.codes_out) {

@@ -947,10 +947,10 @@ struct GemvCta {
   }
 
   // Blocks [blocks_in, n_blocks) of p(x) quantised into act / meta, on one of two paths:
-  //   Direct (x, norm 16-byte aligned, no norm or one RmsNorm over x, at most one eighth of a
-  //     block a thread: every normed GEMV of the decode): the thread loads its eighth of x
-  //     before the norm's own loads of x (one round trip), the norm's sums (prologue_sums),
-  //     then each thread computes the scale itself and p(x) of its eighth in registers.
+  //   Direct (x, norm 16-byte aligned, no norm or one RmsNorm over all of x (no codes in), at
+  //     most one eighth of a block a thread: every normed GEMV of the decode): the thread
+  //     loads its eighth of x, adds the norm's squares from it (eighth_sums), then computes
+  //     the scale itself and p(x) of its eighth in registers.
   //   Staged (the rest): the sums and scales (prologue_sums, prologue_scales_of_sums), p(x)
   //     staged in shared memory (prologue_stage, shared with the chunked formats), a barrier,
   //     then read from there.
@@ -964,14 +964,16 @@ struct GemvCta {
   // same call).
   __device__ void quantise_x() {
     const PrologueArgs& p = a.pro;
-    const bool direct = p.vec && (p.kind == Prologue::None || p.kind == Prologue::RmsNorm) &&
+    const bool direct = p.vec &&
+                        (p.kind == Prologue::None ||
+                         (p.kind == Prologue::RmsNorm && a.blocks_in == 0)) &&
                         (a.n_blocks - a.blocks_in) * 16 <= static_cast<int>(blockDim.x);
     const bool normed = p.kind == Prologue::RmsNorm;
     const auto mark = [&](int k) { stamp(kTraceSummed + k); };
     float4 x4[2];
     if (direct) {
       load_eighth(p.x, x4);
-      prologue_sums<1>(p, sums, mark);  // n_in <= 8 * threads: a warp for every virtual warp
+      if (normed) eighth_sums(x4, mark);
     } else {
       prologue_sums(p, sums, mark);
       prologue_scales_of_sums(p, sums, scales);
@@ -1003,6 +1005,21 @@ struct GemvCta {
           }
         },
         act, meta, a.blocks_in, a.n_blocks, threadIdx.x, blockDim.x);
+  }
+  // The norm's virtual-warp sums into sums[] (what prologue_sums writes), then a barrier,
+  // from this thread's eighth of x (the direct path's, from block 0): thread j's eighth is
+  // virtual thread j's tile in norm.cuh's order, so its squares need no second load of x.
+  // Measured against prologue_sums' loads in that order (H100, 2026-12-06): see
+  // bench/RESULTS.md.
+  template <class Mark>
+  __device__ void eighth_sums(const float4 (&x4)[2], const Mark& mark) const {
+    float v[norm::kPerThread];
+    eighth_floats(x4[0], x4[1], v);
+    const float s = detail::warp_sum(norm::add_tile_squares(v, 0.0f));
+    if (lane == 0 && warp < norm::norm_warps(a.pro.chunk)) sums[warp] = s;
+    mark(0);
+    __syncthreads();  // every virtual warp's sum is in shared memory before the scale adds them
+    mark(1);
   }
   // This thread's eighth of v (the direct path's): float4s 2u, 2u + 1, zeros past n_in (a
   // multiple of 4 there).

@@ -5,11 +5,16 @@
 // that order, written once.
 //
 // The canonical order for a chunk of n floats: T = norm_threads(n) virtual threads; virtual
-// thread j sums x[i]² for i = base + e·T + j over the tiles base = 0, 8T, 16T, ... and
+// thread j sums x[i]² for i = base + 8j + e over the tiles base = 0, 8T, 16T, ... and
 // e = 0..7 (i < n), with fmaf from 0; each virtual warp (32 consecutive j) adds its lanes by
 // the xor butterfly (warp_sum); the warp sums are added in warp order starting from 0. The
 // scale is 1/sqrt(total/n + eps) (rms) or 1/sqrt(total + eps) (l2) in f32 (rsqrt_refined);
 // the output is (x·scale)·w (rms) or x·scale (l2).
+//
+// A virtual thread's eight elements are consecutive: an eighth of a 128-element activation
+// block, the piece a thread of the Q1_0 GEMV's direct prologue loads and quantises, so that
+// prologue adds the squares of the floats it already holds instead of loading x a second
+// time in another order.
 //
 // Precision vs the CPU (which sums in double): see norm.cu.
 #pragma once
@@ -31,15 +36,19 @@ __host__ __device__ constexpr int norm_warps(int n) {
   return norm_threads(n) / 32;
 }
 
+// Element e of virtual thread j in the tile at `base`.
+__host__ __device__ constexpr int tile_index(int base, int j, int e) {
+  return base + kPerThread * j + e;
+}
 // The elements of virtual thread `vw * 32 + lane` in the tile at `base` of x[0, n): x[base +
-// e·T + j] for e < kPerThread, 0 past n. Loads only, so that callers can issue several tiles'
+// 8j + e] for e < kPerThread, 0 past n. Loads only, so that callers can issue several tiles'
 // loads before the arithmetic.
 __device__ __forceinline__ void load_tile(const float* x, int n, int vw, int base,
                                           float (&v)[kPerThread]) {
-  const int T = norm_threads(n), j = vw * 32 + (threadIdx.x & 31);
+  const int j = vw * 32 + (threadIdx.x & 31);
 #pragma unroll
   for (int e = 0; e < kPerThread; ++e) {
-    const int i = base + e * T + j;
+    const int i = tile_index(base, j, e);
     v[e] = i < n ? x[i] : 0.0f;
   }
 }

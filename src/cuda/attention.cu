@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(kRopeThreads)
 //   split_heads(qg → q, gate); rms_norm(q, q_norm, head_dim); rope(q);
 //   rms_norm(k, k_norm, head_dim); rope(k); kv_store(k, v)
 // for these reasons: one warp normalises a head (q, or its kv head's k) from norm.cuh's
-// canonical tile (lane j: elements 8j + e, one virtual warp: head_dim <= 256), adding the
+// canonical tile (lane j: elements j + 32e, one virtual warp: head_dim <= 256), adding the
 // squares in that order (norm::head_sum_squares_of_tile, the norm kernel's order for such a
 // chunk); each element becomes (x·scale)·w as in norm_kernel, is staged in shared memory and
 // rotated by rope_angle / rope_rotate (the rope kernel's arithmetic). With gate_sigmoid the
@@ -158,7 +158,7 @@ __device__ __forceinline__ void norm_rope_head(const float* src, const float* w,
   const float scale = norm::rms_scale(norm::head_sum_squares_of_tile(v), D, eps);
 #pragma unroll
   for (int e = 0; e < norm::kPerThread; ++e) {
-    const int i = norm::tile_index(0, lane, e);
+    const int i = norm::tile_index(D, 0, lane, e);
     if (i < D) hd[i] = v[e] * scale * w[i];  // norm_kernel: (x·scale)·w
   }
   __syncwarp();
@@ -234,7 +234,7 @@ __device__ __forceinline__ void prepare_heads(const AttnArgs& a, const float* qg
     norm::load_tile(row_ptr(a.v, 0) + col, D, 0, 0, v);
 #pragma unroll
     for (int e = 0; e < norm::kPerThread; ++e) {
-      const int i = norm::tile_index(0, lane, e);
+      const int i = norm::tile_index(D, 0, lane, e);
       if (i < D) {
         s_v[i] = v[e];
         if (store) a.v_cache[at + i] = v[e];

@@ -947,10 +947,11 @@ struct GemvCta {
   }
 
   // Blocks [blocks_in, n_blocks) of p(x) quantised into act / meta, on one of two paths:
-  //   Direct (x, norm 16-byte aligned, no norm or one RmsNorm over all of x (no codes in), at
-  //     most one eighth of a block a thread: every normed GEMV of the decode): the thread
-  //     loads its eighth of x, adds the norm's squares from it (eighth_sums), then computes
-  //     the scale itself and p(x) of its eighth in registers.
+  //   Direct (x, norm 16-byte aligned, no norm or one RmsNorm over all of x (no codes in,
+  //     more than 256 floats: norm.cuh's tile_index), at most one eighth of a block a thread:
+  //     every normed GEMV of the decode): the thread loads its eighth of x, adds the norm's
+  //     squares from it (eighth_sums), then computes the scale itself and p(x) of its eighth
+  //     in registers.
   //   Staged (the rest): the sums and scales (prologue_sums, prologue_scales_of_sums), p(x)
   //     staged in shared memory (prologue_stage, shared with the chunked formats), a barrier,
   //     then read from there.
@@ -966,7 +967,8 @@ struct GemvCta {
     const PrologueArgs& p = a.pro;
     const bool direct = p.vec &&
                         (p.kind == Prologue::None ||
-                         (p.kind == Prologue::RmsNorm && a.blocks_in == 0)) &&
+                         (p.kind == Prologue::RmsNorm && a.blocks_in == 0 &&
+                          norm::norm_threads(p.chunk) > 32)) &&
                         (a.n_blocks - a.blocks_in) * 16 <= static_cast<int>(blockDim.x);
     const bool normed = p.kind == Prologue::RmsNorm;
     const auto mark = [&](int k) { stamp(kTraceSummed + k); };
@@ -1007,10 +1009,9 @@ struct GemvCta {
         act, meta, a.blocks_in, a.n_blocks, threadIdx.x, blockDim.x);
   }
   // The norm's virtual-warp sums into sums[] (what prologue_sums writes), then a barrier,
-  // from this thread's eighth of x (the direct path's, from block 0): thread j's eighth is
-  // virtual thread j's tile in norm.cuh's order, so its squares need no second load of x.
-  // Measured against prologue_sums' loads in that order (H100, 2026-12-06): see
-  // bench/RESULTS.md.
+  // from this thread's eighth of x (the direct path's: from block 0, more than 256 floats):
+  // thread j's eighth is virtual thread j's tile in norm.cuh's order, so its squares need no
+  // second load of x.
   template <class Mark>
   __device__ void eighth_sums(const float4 (&x4)[2], const Mark& mark) const {
     float v[norm::kPerThread];

@@ -5,16 +5,20 @@
 // that order, written once.
 //
 // The canonical order for a chunk of n floats: T = norm_threads(n) virtual threads; virtual
-// thread j sums x[i]² for i = base + 8j + e over the tiles base = 0, 8T, 16T, ... and
-// e = 0..7 (i < n), with fmaf from 0; each virtual warp (32 consecutive j) adds its lanes by
-// the xor butterfly (warp_sum); the warp sums are added in warp order starting from 0. The
+// thread j sums x[i]² for i = tile_index(n, base, j, e) over the tiles base = 0, 8T, 16T, ...
+// and e = 0..7 (i < n), with fmaf from 0; each virtual warp (32 consecutive j) adds its lanes
+// by the xor butterfly (warp_sum); the warp sums are added in warp order starting from 0. The
 // scale is 1/sqrt(total/n + eps) (rms) or 1/sqrt(total + eps) (l2) in f32 (rsqrt_refined);
 // the output is (x·scale)·w (rms) or x·scale (l2).
 //
-// A virtual thread's eight elements are consecutive: an eighth of a 128-element activation
+// tile_index: a chunk of more than one virtual warp (n > 256: hidden states) gives virtual
+// thread j eight consecutive elements, base + 8j + e: an eighth of a 128-element activation
 // block, the piece a thread of the Q1_0 GEMV's direct prologue loads and quantises, so that
-// prologue adds the squares of the floats it already holds instead of loading x a second
-// time in another order.
+// prologue adds the squares of the floats it holds instead of loading x a second time in
+// another order. A chunk of one virtual warp (heads: n <= 256) keeps them 32 apart, base +
+// 32e + j: the GDN and attention kernels normalise heads from shared memory, where lanes 8
+// floats apart would meet in the same banks (consecutive elements made the recurrence 5.20 ->
+// 5.70 µs a step, H100, 2026-12-06).
 //
 // Precision vs the CPU (which sums in double): see norm.cu.
 #pragma once
@@ -36,19 +40,19 @@ __host__ __device__ constexpr int norm_warps(int n) {
   return norm_threads(n) / 32;
 }
 
-// Element e of virtual thread j in the tile at `base`.
-__host__ __device__ constexpr int tile_index(int base, int j, int e) {
-  return base + kPerThread * j + e;
+// Element e of virtual thread j in the tile at `base` of a chunk of n floats.
+__host__ __device__ constexpr int tile_index(int n, int base, int j, int e) {
+  return norm_threads(n) > 32 ? base + kPerThread * j + e : base + 32 * e + j;
 }
-// The elements of virtual thread `vw * 32 + lane` in the tile at `base` of x[0, n): x[base +
-// 8j + e] for e < kPerThread, 0 past n. Loads only, so that callers can issue several tiles'
-// loads before the arithmetic.
+// The elements of virtual thread `vw * 32 + lane` in the tile at `base` of x[0, n):
+// x[tile_index(n, base, j, e)] for e < kPerThread, 0 past n. Loads only, so that callers can
+// issue several tiles' loads before the arithmetic.
 __device__ __forceinline__ void load_tile(const float* x, int n, int vw, int base,
                                           float (&v)[kPerThread]) {
   const int j = vw * 32 + (threadIdx.x & 31);
 #pragma unroll
   for (int e = 0; e < kPerThread; ++e) {
-    const int i = tile_index(base, j, e);
+    const int i = tile_index(n, base, j, e);
     v[e] = i < n ? x[i] : 0.0f;
   }
 }

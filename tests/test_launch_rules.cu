@@ -4,9 +4,12 @@
 // GPU, so CI runs them; the GPU op checks then prove every kernel follows them bit for bit.
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "cuda/kernels.h"
 #include "cuda/matmul.cuh"
 #include "cuda/matrix.h"
+#include "cuda/norm.cuh"
 #include "cuda/q1_dot.cuh"
 
 namespace gdn::cuda::mm {
@@ -147,6 +150,29 @@ TEST(AttentionCodesOut, WholeBlocksUpToTheLargestHead) {
   EXPECT_TRUE(attn_codes_out_ok(128));
   EXPECT_TRUE(attn_codes_out_ok(256));
   for (int64_t d : {0, 64, 96, 192, 384, 512}) EXPECT_FALSE(attn_codes_out_ok(d)) << d;
+}
+
+// norm.cuh's canonical order: its tiles cover every element of a chunk exactly once; past one
+// virtual warp a virtual thread's eight elements are the eighth 8j..8j+7 of its tile (what the
+// Q1_0 GEMV's direct prologue sums from the eighth it loaded); a head keeps lanes 32 apart.
+TEST(NormTileIndex, CoversTheChunkOnceInEighthsPastOneWarp) {
+  for (int n : {4, 96, 128, 255, 256, 257, 1000, 5120, 6144, 8192, 8200, 17408}) {
+    SCOPED_TRACE(testing::Message() << "n " << n);
+    const int T = norm::norm_threads(n);
+    std::vector<int> seen(static_cast<size_t>(n), 0);
+    for (int base = 0; base < n; base += norm::kPerThread * T) {
+      for (int j = 0; j < T; ++j) {
+        for (int e = 0; e < norm::kPerThread; ++e) {
+          const int i = norm::tile_index(n, base, j, e);
+          ASSERT_GE(i, base);
+          ASSERT_LT(i, base + norm::kPerThread * T);
+          if (i < n) ++seen[static_cast<size_t>(i)];
+          EXPECT_EQ(i, n > 256 ? base + 8 * j + e : base + 32 * e + j);
+        }
+      }
+    }
+    for (int i = 0; i < n; ++i) ASSERT_EQ(seen[static_cast<size_t>(i)], 1) << "element " << i;
+  }
 }
 
 }  // namespace

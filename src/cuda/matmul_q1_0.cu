@@ -965,11 +965,11 @@ struct GemvCta {
   // same call).
   __device__ void quantise_x() {
     const PrologueArgs& p = a.pro;
-    const bool direct = p.vec &&
-                        (p.kind == Prologue::None ||
-                         (p.kind == Prologue::RmsNorm && a.blocks_in == 0 &&
-                          norm::norm_threads(p.chunk) > 32)) &&
-                        (a.n_blocks - a.blocks_in) * 16 <= static_cast<int>(blockDim.x);
+    const bool direct =
+        p.vec &&
+        (p.kind == Prologue::None ||
+         (p.kind == Prologue::RmsNorm && a.blocks_in == 0 && norm::norm_threads(p.chunk) > 32)) &&
+        (a.n_blocks - a.blocks_in) * 16 <= static_cast<int>(blockDim.x);
     const bool normed = p.kind == Prologue::RmsNorm;
     const auto mark = [&](int k) { stamp(kTraceSummed + k); };
     float4 x4[2];

@@ -1011,7 +1011,9 @@ struct GemvCta {
   // The norm's virtual-warp sums into sums[] (what prologue_sums writes), then a barrier,
   // from this thread's eighth of x (the direct path's: from block 0, more than 256 floats):
   // thread j's eighth is virtual thread j's tile in norm.cuh's order, so its squares need no
-  // second load of x.
+  // second load of x. It replaced prologue_sums<1>, which loaded x again in the old order
+  // (eight scalar loads a thread). Measured (H100, 2026-12-06, same call): gate+up 14.47 ->
+  // 13.86 µs, the qkv step 9.82 -> 9.60, q+k+v 8.50 -> 8.16; tg128 361.0 -> 365.9.
   template <class Mark>
   __device__ void eighth_sums(const float4 (&x4)[2], const Mark& mark) const {
     float v[norm::kPerThread];

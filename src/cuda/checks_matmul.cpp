@@ -1280,7 +1280,8 @@ void add_fold_refusals(Context& ctx, std::vector<Result>& out) {
   };
   const GpuMatrix q1 = up(Type::Q1_0, 640, 1024), bf = up(Type::BF16, 640, 2),
                   many = up(Type::BF16, 640, 1000), f32 = up(Type::F32, 640, 2),
-                  long_q1 = up(Type::Q1_0, 17408, 64), long_bf = up(Type::BF16, 17408, 2);
+                  long_q1 = up(Type::Q1_0, 17408, 64), long_bf = up(Type::BF16, 17408, 2),
+                  short_q1 = up(Type::Q1_0, 256, 16384), short_bf = up(Type::BF16, 256, 8);
   DeviceBuffer buf(size_t(1) << 20);
   float* x = buf.as<float>();
   float* y = x + 32768;
@@ -1304,6 +1305,8 @@ void add_fold_refusals(Context& ctx, std::vector<Result>& out) {
       {"1000 rows for fewer CTAs", gemv(q1, y), gemv(many, y + 1024), true},
       {"F32 rows", gemv(q1, y), gemv(f32, y + 1024), true},
       {"n_in 17408: the staged prologue", gemv(long_q1, y), gemv(long_bf, y + 1024), true},
+      {"n_in 256 normed (one virtual warp): the staged prologue", gemv(short_q1, y),
+       gemv(short_bf, y + 16384), true},
       {"x misaligned: the staged prologue", misaligned, misaligned_side, true},
       {"the rows' output overlaps the launch's", gemv(q1, y), gemv(bf, y + 1000), true},
   };

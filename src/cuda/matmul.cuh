@@ -465,11 +465,12 @@ struct NoMark {
 // its own warps' sums done, past the barrier (the lab's timeline events, matmul_q1_0.cu's
 // traced GEMV). A warp loads up to kBatch virtual warps' tiles before adding any (one round
 // trip to L2 per batch, not per virtual warp: ssm_out's 48 head norms on 18 warps were three
-// dependent rounds); a caller that has a warp for every virtual warp asks for 1 (8 registers a
-// thread instead of 32).
-template <int kBatch = 4, class Mark = NoMark>
+// dependent rounds). The Q1_0 GEMV's direct prologue sums its own eighths instead
+// (GemvCta::eighth_sums).
+template <class Mark = NoMark>
 __device__ __forceinline__ void prologue_sums(const PrologueArgs& p, float* sums,
                                               const Mark& mark = Mark{}) {
+  constexpr int kBatch = 4;
   if (p.chunk == 0) return;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
   const int per_chunk = norm::norm_warps(p.chunk), n_chunks = p.n_in / p.chunk;

@@ -708,6 +708,17 @@ constexpr int kTraceSlotCount = (kGemvTraceEvents - 1 - kTraceSlots) / kTraceSlo
 constexpr int kCodesBarrier = 15;
 constexpr int kTilesPerBlock = kBlock / kTileRows;
 
+// Whether a one-launch GEMV's prologue takes the direct path (GemvCta::quantise_x says what
+// it is): the device's choice, and the host's fold check, since folded rows are summed on
+// that path only (fold_refusal). One predicate, so the two cannot drift apart.
+__host__ __device__ inline bool direct_prologue(const PrologueArgs& p, int blocks_in, int n_blocks,
+                                                int threads) {
+  return p.vec &&
+         (p.kind == Prologue::None ||
+          (p.kind == Prologue::RmsNorm && blocks_in == 0 && norm::norm_threads(p.chunk) > 32)) &&
+         (n_blocks - blocks_in) * 16 <= threads;
+}
+
 struct GemvStep {
   int slot, ms, c;
   int m, tile;
@@ -965,11 +976,7 @@ struct GemvCta {
   // same call).
   __device__ void quantise_x() {
     const PrologueArgs& p = a.pro;
-    const bool direct =
-        p.vec &&
-        (p.kind == Prologue::None ||
-         (p.kind == Prologue::RmsNorm && a.blocks_in == 0 && norm::norm_threads(p.chunk) > 32)) &&
-        (a.n_blocks - a.blocks_in) * 16 <= static_cast<int>(blockDim.x);
+    const bool direct = direct_prologue(p, a.blocks_in, a.n_blocks, static_cast<int>(blockDim.x));
     const bool normed = p.kind == Prologue::RmsNorm;
     const auto mark = [&](int k) { stamp(kTraceSummed + k); };
     float4 x4[2];
@@ -1542,9 +1549,7 @@ std::string fold_operands_refusal(const FusedGemv& f) {
 }
 std::string fold_refusal(const FusedGemv& f, const GemvShape& g) {
   const Q1GemvArgs& a = g.a;
-  const bool direct = a.pro.vec && a.blocks_in == 0 &&
-                      (a.pro.kind == Prologue::None || a.pro.kind == Prologue::RmsNorm) &&
-                      a.n_blocks * 16 <= g.threads;
+  const bool direct = a.blocks_in == 0 && direct_prologue(a.pro, 0, a.n_blocks, g.threads);
   if (!direct || a.fold_chunks > g.threads) {
     return fmt::format("the prologue ({}) does not quantise x an eighth a thread",
                        model::prologue_name(f.prologue));

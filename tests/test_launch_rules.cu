@@ -159,6 +159,7 @@ TEST(NormTileIndex, CoversTheChunkOnceInEighthsPastOneWarp) {
   for (int n : {4, 96, 128, 255, 256, 257, 1000, 5120, 6144, 8192, 8200, 17408}) {
     SCOPED_TRACE(testing::Message() << "n " << n);
     const int T = norm::norm_threads(n);
+    EXPECT_EQ(norm::consecutive_tiles(n), n > 256);
     std::vector<int> seen(static_cast<size_t>(n), 0);
     for (int base = 0; base < n; base += norm::kPerThread * T) {
       for (int j = 0; j < T; ++j) {

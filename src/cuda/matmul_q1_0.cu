@@ -715,7 +715,7 @@ __host__ __device__ inline bool direct_prologue(const PrologueArgs& p, int block
                                                 int threads) {
   return p.vec &&
          (p.kind == Prologue::None ||
-          (p.kind == Prologue::RmsNorm && blocks_in == 0 && norm::norm_threads(p.chunk) > 32)) &&
+          (p.kind == Prologue::RmsNorm && blocks_in == 0 && norm::consecutive_tiles(p.chunk))) &&
          (n_blocks - blocks_in) * 16 <= threads;
 }
 
@@ -959,7 +959,7 @@ struct GemvCta {
 
   // Blocks [blocks_in, n_blocks) of p(x) quantised into act / meta, on one of two paths:
   //   Direct (x, norm 16-byte aligned, no norm or one RmsNorm over all of x (no codes in,
-  //     more than 256 floats: norm.cuh's tile_index), at most one eighth of a block a thread:
+  //     norm::consecutive_tiles: more than 256 floats), at most one eighth of a block a thread:
   //     every normed GEMV of the decode): the thread loads its eighth of x, adds the norm's
   //     squares from it (eighth_sums), then computes the scale itself and p(x) of its eighth
   //     in registers.

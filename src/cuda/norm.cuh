@@ -40,9 +40,14 @@ __host__ __device__ constexpr int norm_warps(int n) {
   return norm_threads(n) / 32;
 }
 
+// Whether a chunk of n floats gives a virtual thread consecutive elements (more than one
+// virtual warp), not elements 32 apart.
+__host__ __device__ constexpr bool consecutive_tiles(int n) {
+  return norm_threads(n) > 32;
+}
 // Element e of virtual thread j in the tile at `base` of a chunk of n floats.
 __host__ __device__ constexpr int tile_index(int n, int base, int j, int e) {
-  return norm_threads(n) > 32 ? base + kPerThread * j + e : base + 32 * e + j;
+  return consecutive_tiles(n) ? base + kPerThread * j + e : base + 32 * e + j;
 }
 // The elements of virtual thread `vw * 32 + lane` in the tile at `base` of x[0, n):
 // x[tile_index(n, base, j, e)] for e < kPerThread, 0 past n. Loads only, so that callers can

@@ -1160,24 +1160,10 @@ struct GemvCta {
 // then pdl_wait(), the prologue, and the product: `teams` teams of `slices` warps,
 // each team striding over slots (a row tile of one matrix; for SiluMulPair a row tile of both,
 // gate then up), the next step's loads issued before the current one is processed.
-// Asks the constant cache for every 64-byte line of the kernel's parameters at entry, warp w
-// line w mod lines, so that a launch's misses (a round trip to L2 a line) overlap across warps
-// instead of meeting each warp one after another in its first parameter loads (ncu, H100,
-// 2026-12-06: the entry's ULDCs held 5-12% of the decode GEMVs' stall samples, stall_imc).
-// The word lands in this warp's slice-sum slot, which nothing reads before the prologue's
-// barrier: a store, so that the load is kept.
-__device__ __forceinline__ void touch_parameters(const Q1GemvArgs& a, unsigned char* smem) {
-  constexpr int kLines = static_cast<int>((sizeof(Q1GemvArgs) + 63) / 64);
-  const int warp = static_cast<int>(threadIdx.x >> 5);
-  const int word = reinterpret_cast<const int*>(&a)[(warp % kLines) * 16];
-  if ((threadIdx.x & 31) == 0) reinterpret_cast<int*>(smem + a.off_red)[warp] = word;
-}
-
 template <int kQ, bool kTraced>
 __global__ void __launch_bounds__(32 * gemv_max_warps(kQ))
     q1_gemv_kernel(const __grid_constant__ Q1GemvArgs a) {
   extern __shared__ float4 smem4[];
-  touch_parameters(a, reinterpret_cast<unsigned char*>(smem4));
   GemvCta<kQ, kTraced> c(a, reinterpret_cast<unsigned char*>(smem4));
   // The first quad of this warp's chunk of a step, in quads from its matrix's base.
   const auto quad_of = [&](const GemvStep& st) {

@@ -719,6 +719,13 @@ __host__ __device__ inline bool direct_prologue(const PrologueArgs& p, int block
          (n_blocks - blocks_in) * 16 <= threads;
 }
 
+// eighth_sums takes thread j's eighth of x as the norm's virtual thread j: that holds while the
+// canonical order has one tile for every chunk the direct path takes (n <= 8 * threads), i.e.
+// while norm_threads is not capped below a GEMV CTA's threads.
+static_assert(32 * gemv_max_warps(2) <= norm::kMaxNormThreads &&
+                  32 * gemv_max_warps(4) <= norm::kMaxNormThreads,
+              "the direct prologue's eighths must be the norm's virtual threads");
+
 struct GemvStep {
   int slot, ms, c;
   int m, tile;

@@ -17,6 +17,7 @@ CudaExecutor::CudaExecutor(const model::Model& model, const runtime::ExecutorOpt
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming));
   pos_dev_ = DeviceBuffer(sizeof(int32_t));
   rope_angles_ = DeviceBuffer(model::kMaxAttnPrepHeadDim * sizeof(double));  // n_rot <= head_dim
   upload_weights();
@@ -31,6 +32,7 @@ CudaExecutor::~CudaExecutor() {
   for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g.exec);
   for (cudaEvent_t e : join_events_) cudaEventDestroy(e);
   if (fork_) cudaEventDestroy(fork_);
+  if (upload_done_) cudaEventDestroy(upload_done_);
   if (side_) cudaStreamDestroy(side_);
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -214,9 +216,10 @@ void CudaExecutor::run_graph(ProgramMem& pm, int64_t T, bool all_logits, int slo
     fail("cuda graphs: the program must start with its embedding step");
   }
   step(steps.front(), pm, ids, s, last_count_);
-  pos_host_ = static_cast<int32_t>(s.n_past);
-  CUDA_CHECK(cudaMemcpyAsync(pos_dev_.get(), &pos_host_, sizeof(int32_t), cudaMemcpyHostToDevice,
+  *upload_.as<int32_t>() = static_cast<int32_t>(s.n_past);  // the embedding step sized upload_
+  CUDA_CHECK(cudaMemcpyAsync(pos_dev_.get(), upload_.get(), sizeof(int32_t), cudaMemcpyHostToDevice,
                              stream_));
+  CUDA_CHECK(cudaEventRecord(upload_done_, stream_));
   Graph& g = graphs_[{T, all_logits, slot, build_.rungs, build_.null_dispatches}];
   if (!g.exec) {
     workspace_.reserve(max_n_in_, T);
@@ -246,6 +249,16 @@ void CudaExecutor::run_graph(ProgramMem& pm, int64_t T, bool all_logits, int slo
   }
   CUDA_CHECK(cudaGraphLaunch(g.exec, stream_));
   last_count_.add(g.dispatches);
+}
+
+// The rows part of upload_, at least row_bytes, once no copy reads it any more: the wait
+// normally returns at once (the forward that issued the copies synchronised at its end), but a
+// forward that failed midway may have left them queued.
+void* CudaExecutor::upload_area(size_t row_bytes) {
+  CUDA_CHECK(cudaEventSynchronize(upload_done_));
+  if (upload_.bytes() < kUploadHeader + row_bytes)
+    upload_ = PinnedBuffer(kUploadHeader + row_bytes);
+  return upload_.as<unsigned char>() + kUploadHeader;
 }
 
 // Inside a graph the position comes from device memory. Both paths size their launches by
@@ -349,19 +362,18 @@ int CudaExecutor::launch(const model::Step& s, ProgramMem& pm, std::span<const i
       // The embedding table stays on the host, as llama.cpp keeps it: a token reads one row,
       // so gathering on the CPU and copying n_tokens rows is cheaper than holding the table.
       const DevRows y = out();
-      embed_host_.resize(size_t(y.rows * y.cols));
+      const size_t bytes = size_t(y.rows * y.cols) * sizeof(float);
+      float* rows = static_cast<float*>(upload_area(bytes));
       const model::Matrix& t = model_.token_embd;
       for (int64_t r = 0; r < y.rows; ++r) {
         const int32_t id = ids[static_cast<size_t>(r)];
         if (id < 0 || id >= t.n_out) {
           fail("token id {} at position {} is outside the vocabulary [0, {})", id, r, t.n_out);
         }
-        quant::dequantize_row(t.type, t.row(id), embed_host_.data() + r * y.cols, t.n_in);
+        quant::dequantize_row(t.type, t.row(id), rows + r * y.cols, t.n_in);
       }
-      CUDA_CHECK(cudaMemcpyAsync(y.data, embed_host_.data(), embed_host_.size() * sizeof(float),
-                                 cudaMemcpyHostToDevice, st));
-      // The host buffer is reused by the next forward: wait for the copy to leave it.
-      CUDA_CHECK(cudaStreamSynchronize(st));
+      CUDA_CHECK(cudaMemcpyAsync(y.data, rows, bytes, cudaMemcpyHostToDevice, st));
+      CUDA_CHECK(cudaEventRecord(upload_done_, st));
       return 1;
     }
     case Op::RmsNorm:

@@ -112,8 +112,15 @@ class CudaExecutor : public runtime::Executor {
   std::vector<Slot> slots_;
   std::map<std::tuple<int64_t, bool, model::Rungs, int>, ProgramMem> programs_;
   MatmulWorkspace workspace_;
-  std::vector<float> embed_host_;  // embedding rows gathered on the host (see step())
-  PinnedBuffer logits_host_;       // the last forward's logits when they are not host_logits
+  // What the host uploads for a forward, in pinned memory so that the copies are asynchronous:
+  // the graph's position (the first kUploadHeader bytes), then the embedding rows (see step()).
+  // upload_done_ follows the last copy out of it; a forward waits for it before writing, so the
+  // host never waits on a copy mid-forward.
+  static constexpr size_t kUploadHeader = 16;
+  PinnedBuffer upload_;
+  cudaEvent_t upload_done_ = nullptr;
+  void* upload_area(size_t row_bytes);
+  PinnedBuffer logits_host_;  // the last forward's logits when they are not host_logits
   // The activation codes a step writes for the Q1_0 GEMV right after it (a gate+up GEMV for
   // ffn_down: link_codes; the GDN recurrence for ssm_out and attention for attn_output:
   // codes_out_for), that GEMV's step and its blocks of codes.
@@ -128,7 +135,6 @@ class CudaExecutor : public runtime::Executor {
   // The fused attention prep's rope angles (AttnPrep::angles, ProgramMem::first_prep).
   DeviceBuffer rope_angles_;
   DeviceBuffer pos_dev_;    // int32 position read by graph-captured kernels
-  int32_t pos_host_ = 0;    // its source for the copy before each replay
   bool capturing_ = false;  // steps are being captured into a graph
   int64_t max_n_in_ = 0;    // widest matrix input: sizes the matmul workspace before capture
   size_t weight_bytes_ = 0;

@@ -17,7 +17,6 @@ CudaExecutor::CudaExecutor(const model::Model& model, const runtime::ExecutorOpt
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
-  CUDA_CHECK(cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming));
   pos_dev_ = DeviceBuffer(sizeof(int32_t));
   rope_angles_ = DeviceBuffer(model::kMaxAttnPrepHeadDim * sizeof(double));  // n_rot <= head_dim
   upload_weights();
@@ -32,7 +31,6 @@ CudaExecutor::~CudaExecutor() {
   for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g.exec);
   for (cudaEvent_t e : join_events_) cudaEventDestroy(e);
   if (fork_) cudaEventDestroy(fork_);
-  if (upload_done_) cudaEventDestroy(upload_done_);
   if (side_) cudaStreamDestroy(side_);
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -186,6 +184,8 @@ std::span<const float> CudaExecutor::forward_view(std::span<const int32_t> ids, 
          opts_.n_ctx);
   }
   ProgramMem& pm = program(T, all_logits);
+  if (in_flight_) CUDA_CHECK(cudaStreamSynchronize(stream_));
+  in_flight_ = true;
   last_count_ = {};
   if (build_.rungs.has(model::Rung::Graphs)) {
     run_graph(pm, T, all_logits, slot, ids, s);
@@ -203,23 +203,22 @@ std::span<const float> CudaExecutor::forward_view(std::span<const int32_t> ids, 
     logits = logits_host_.as<const float>();
   }
   CUDA_CHECK(cudaStreamSynchronize(stream_));
+  in_flight_ = false;
   s.n_past += T;
   return {logits, n};
 }
 
-// The embedding gather (host work) runs first; the rest of the program is replayed from a
-// graph captured on first use, with the position copied to device memory before each replay.
+// The whole program, its uploads included, replayed from a graph captured on first use: the
+// host only writes the position and the embedding rows into the program's pinned upload buffer,
+// which the graph's first copies read. So a token costs the host one launch and one wait.
 void CudaExecutor::run_graph(ProgramMem& pm, int64_t T, bool all_logits, int slot,
                              std::span<const int32_t> ids, Slot& s) {
   const std::vector<model::Step>& steps = pm.program->steps;
   if (steps.empty() || steps.front().op != Op::Embed) {
     fail("cuda graphs: the program must start with its embedding step");
   }
-  step(steps.front(), pm, ids, s, last_count_);
-  *upload_.as<int32_t>() = static_cast<int32_t>(s.n_past);  // the embedding step sized upload_
-  CUDA_CHECK(cudaMemcpyAsync(pos_dev_.get(), upload_.get(), sizeof(int32_t), cudaMemcpyHostToDevice,
-                             stream_));
-  CUDA_CHECK(cudaEventRecord(upload_done_, stream_));
+  embedding_rows(steps.front(), pm, ids);
+  *pm.upload.as<int32_t>() = static_cast<int32_t>(s.n_past);
   Graph& g = graphs_[{T, all_logits, slot, build_.rungs, build_.null_dispatches}];
   if (!g.exec) {
     workspace_.reserve(max_n_in_, T);
@@ -227,7 +226,9 @@ void CudaExecutor::run_graph(ProgramMem& pm, int64_t T, bool all_logits, int slo
     capturing_ = true;
     runtime::DispatchCount captured;
     try {
-      for (size_t i = 1; i < steps.size(); ++i) step(steps[i], pm, ids, s, captured);
+      CUDA_CHECK(cudaMemcpyAsync(pos_dev_.get(), pm.upload.get(), sizeof(int32_t),
+                                 cudaMemcpyHostToDevice, stream_));
+      for (const model::Step& st : steps) step(st, pm, ids, s, captured);
       join_all();  // a capture must end with every forked branch joined
     } catch (...) {
       capturing_ = false;
@@ -251,14 +252,29 @@ void CudaExecutor::run_graph(ProgramMem& pm, int64_t T, bool all_logits, int slo
   last_count_.add(g.dispatches);
 }
 
-// The rows part of upload_, at least row_bytes, once no copy reads it any more: the wait
-// normally returns at once (the forward that issued the copies synchronised at its end), but a
-// forward that failed midway may have left them queued.
-void* CudaExecutor::upload_area(size_t row_bytes) {
-  CUDA_CHECK(cudaEventSynchronize(upload_done_));
-  if (upload_.bytes() < kUploadHeader + row_bytes)
-    upload_ = PinnedBuffer(kUploadHeader + row_bytes);
-  return upload_.as<unsigned char>() + kUploadHeader;
+// The embedding table stays on the host, as llama.cpp keeps it: a token reads one row, so
+// gathering on the CPU and copying n_tokens rows is cheaper than holding the table. The rows
+// go into the program's pinned upload buffer (allocated on first use, never moved: graphs copy
+// from its address), after its header.
+float* CudaExecutor::embedding_rows(const model::Step& s, ProgramMem& pm,
+                                    std::span<const int32_t> ids) const {
+  const model::BufferSpec& b = pm.program->buffers[static_cast<size_t>(s.out.buf)];
+  if (s.out.width != b.cols || int64_t(ids.size()) != b.rows) {
+    fail("embedding step: its output ({} rows of {} of {}) is not {} whole rows", b.rows,
+         s.out.width, b.cols, ids.size());
+  }
+  const size_t bytes = kUploadHeader + size_t(b.rows * b.cols) * sizeof(float);
+  if (!pm.upload.get()) pm.upload = PinnedBuffer(bytes);
+  float* rows = reinterpret_cast<float*>(pm.upload.as<unsigned char>() + kUploadHeader);
+  const model::Matrix& t = model_.token_embd;
+  for (int64_t r = 0; r < b.rows; ++r) {
+    const int32_t id = ids[static_cast<size_t>(r)];
+    if (id < 0 || id >= t.n_out) {
+      fail("token id {} at position {} is outside the vocabulary [0, {})", id, r, t.n_out);
+    }
+    quant::dequantize_row(t.type, t.row(id), rows + r * b.cols, t.n_in);
+  }
+  return rows;
 }
 
 // Inside a graph the position comes from device memory. Both paths size their launches by
@@ -359,21 +375,10 @@ int CudaExecutor::launch(const model::Step& s, ProgramMem& pm, std::span<const i
   };
   switch (s.op) {
     case Op::Embed: {
-      // The embedding table stays on the host, as llama.cpp keeps it: a token reads one row,
-      // so gathering on the CPU and copying n_tokens rows is cheaper than holding the table.
       const DevRows y = out();
-      const size_t bytes = size_t(y.rows * y.cols) * sizeof(float);
-      float* rows = static_cast<float*>(upload_area(bytes));
-      const model::Matrix& t = model_.token_embd;
-      for (int64_t r = 0; r < y.rows; ++r) {
-        const int32_t id = ids[static_cast<size_t>(r)];
-        if (id < 0 || id >= t.n_out) {
-          fail("token id {} at position {} is outside the vocabulary [0, {})", id, r, t.n_out);
-        }
-        quant::dequantize_row(t.type, t.row(id), rows + r * y.cols, t.n_in);
-      }
-      CUDA_CHECK(cudaMemcpyAsync(y.data, rows, bytes, cudaMemcpyHostToDevice, st));
-      CUDA_CHECK(cudaEventRecord(upload_done_, st));
+      const float* rows = embedding_rows(s, pm, ids);
+      CUDA_CHECK(cudaMemcpyAsync(y.data, rows, size_t(y.rows * y.cols) * sizeof(float),
+                                 cudaMemcpyHostToDevice, st));
       return 1;
     }
     case Op::RmsNorm:

@@ -53,12 +53,18 @@ class CudaExecutor : public runtime::Executor {
     std::vector<DeviceBuffer> buffers;
     PinnedBuffer host_logits;
     float* host_logits_dev = nullptr;  // host_logits as the kernels address it
-    std::vector<int> launches;         // per step, once it ran (or was captured); -1 before
+    // What the host uploads for a forward, from pinned memory at a fixed address so that a
+    // graph replays the copies itself: the position (the first kUploadHeader bytes), then the
+    // embedding rows.
+    PinnedBuffer upload;
+    std::vector<int> launches;  // per step, once it ran (or was captured); -1 before
     // The program's first attention step with the fused prep: it computes the rope angles of
     // the position, and the later ones, run after it in every forward, load them.
     const model::Step* first_prep = nullptr;
   };
 
+  static constexpr size_t kUploadHeader = 16;
+  float* embedding_rows(const model::Step& s, ProgramMem& pm, std::span<const int32_t> ids) const;
   const Slot& slot_at(int slot) const;
   ProgramMem& program(int64_t n_tokens, bool all_logits);
   void upload_weights();
@@ -112,15 +118,10 @@ class CudaExecutor : public runtime::Executor {
   std::vector<Slot> slots_;
   std::map<std::tuple<int64_t, bool, model::Rungs, int>, ProgramMem> programs_;
   MatmulWorkspace workspace_;
-  // What the host uploads for a forward, in pinned memory so that the copies are asynchronous:
-  // the graph's position (the first kUploadHeader bytes), then the embedding rows (see step()).
-  // upload_done_ follows the last copy out of it; a forward waits for it before writing, so the
-  // host never waits on a copy mid-forward.
-  static constexpr size_t kUploadHeader = 16;
-  PinnedBuffer upload_;
-  cudaEvent_t upload_done_ = nullptr;
-  void* upload_area(size_t row_bytes);
   PinnedBuffer logits_host_;  // the last forward's logits when they are not host_logits
+  // A forward has queued work that reads host buffers (ProgramMem::upload) and has not yet
+  // waited for it: one that threw midway. The next forward waits first.
+  bool in_flight_ = false;
   // The activation codes a step writes for the Q1_0 GEMV right after it (a gate+up GEMV for
   // ffn_down: link_codes; the GDN recurrence for ssm_out and attention for attn_output:
   // codes_out_for), that GEMV's step and its blocks of codes.

@@ -459,6 +459,38 @@ TEST(CudaGraphs, ReplayIsBitIdenticalToHostLaunches) {
   EXPECT_EQ(with.last_dispatches(), without.last_dispatches());
 }
 
+// A token outside the vocabulary is refused by name, and the forward that refused it leaves
+// the slot as it was: decoding on gives logits bit-identical to a run that never saw it, with
+// graphs (the uploads replayed from the program's pinned buffer) and with host launches.
+TEST(CudaForward, ABadTokenIsRefusedAndTheSlotStaysUsable) {
+  REQUIRE_GPU();
+  synth::Options o;
+  o.type = quant::Type::Q1_0;
+  auto mem = synth::make_in_memory(synth::preset("tiny"), o);
+  const std::vector<int32_t> ids = {3, 1999, 17, 512, 4, 1024, 77};
+  const int32_t bad = static_cast<int32_t>(mem->model.token_embd.n_out);
+  for (const bool graphs : {true, false}) {
+    runtime::ExecutorOptions opts = kOpts;
+    if (!graphs) opts.rungs = opts.rungs.without(model::Rung::Graphs);
+    cuda::CudaExecutor clean(mem->model, opts), refused(mem->model, opts);
+    const std::vector<float> want = run_decode(clean, ids);
+    std::vector<float> got, row;
+    refused.reset_slot(0);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (i == 3) {
+        const std::string err =
+            error_of([&] { refused.forward(std::span<const int32_t>(&bad, 1), 0, true, row); });
+        EXPECT_NE(err.find("token id " + std::to_string(bad) + " "), std::string::npos) << err;
+        EXPECT_NE(err.find("outside the vocabulary"), std::string::npos) << err;
+      }
+      refused.forward(std::span<const int32_t>(&ids[i], 1), 0, true, row);
+      got.insert(got.end(), row.begin(), row.end());
+    }
+    EXPECT_EQ(got, want) << (graphs ? "graphs" : "host launches");
+    EXPECT_EQ(refused.n_past(0), int64_t(ids.size()));
+  }
+}
+
 // forward_view's pinned logits follow each forward while the buffer grows and shrinks: each
 // view matches the CPU reference's for the same forward. F32 weights, so the bound is
 // TinyModelTracksCpu's rounding-level 1e-4 (a stale or misplaced view is off by O(1)).

@@ -1,5 +1,6 @@
 // The CUDA backend against the CPU reference. Needs a GPU: without one every test here is
 // skipped with a message (never passed silently).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -459,9 +460,12 @@ TEST(CudaGraphs, ReplayIsBitIdenticalToHostLaunches) {
   EXPECT_EQ(with.last_dispatches(), without.last_dispatches());
 }
 
-// A token outside the vocabulary is refused by name, and the forward that refused it leaves
-// the slot as it was: decoding on gives logits bit-identical to a run that never saw it, with
-// graphs (the uploads replayed from the program's pinned buffer) and with host launches.
+// A token outside the vocabulary is refused by name (with its position), and the forward that
+// refused it leaves the slot as it was: decoding and prefilling on give logits bit-identical to
+// runs that never saw it, with graphs (the uploads replayed from the program's pinned buffer)
+// and with host launches. The bad token comes first (no program run yet), midway through a
+// decode (after the graph's capture), and midway through a prefill whose rows before it were
+// already written into the upload buffer that the next prefill's graph reads.
 TEST(CudaForward, ABadTokenIsRefusedAndTheSlotStaysUsable) {
   REQUIRE_GPU();
   synth::Options o;
@@ -469,25 +473,38 @@ TEST(CudaForward, ABadTokenIsRefusedAndTheSlotStaysUsable) {
   auto mem = synth::make_in_memory(synth::preset("tiny"), o);
   const std::vector<int32_t> ids = {3, 1999, 17, 512, 4, 1024, 77};
   const int32_t bad = static_cast<int32_t>(mem->model.token_embd.n_out);
+  const std::vector<int32_t> bad_prompt = {8, 9, 10, 11, bad, 12, 13};  // rows 0-3 unlike ids'
+  const auto refuses = [&](runtime::Executor& ex, std::span<const int32_t> t, int position) {
+    std::vector<float> row;
+    const std::string err = error_of([&] { ex.forward(t, 0, true, row); });
+    EXPECT_NE(err.find(fmt::format("token id {} at position {} is outside the vocabulary", bad,
+                                   position)),
+              std::string::npos)
+        << err;
+  };
   for (const bool graphs : {true, false}) {
+    SCOPED_TRACE(graphs ? "graphs" : "host launches");
     runtime::ExecutorOptions opts = kOpts;
     if (!graphs) opts.rungs = opts.rungs.without(model::Rung::Graphs);
     cuda::CudaExecutor clean(mem->model, opts), refused(mem->model, opts);
-    const std::vector<float> want = run_decode(clean, ids);
+    const std::vector<float> want_decode = run_decode(clean, ids);
+    const std::vector<float> want_prefill = run_prefill(clean, ids);
     std::vector<float> got, row;
     refused.reset_slot(0);
+    refuses(refused, std::span<const int32_t>(&bad, 1), 0);
     for (size_t i = 0; i < ids.size(); ++i) {
-      if (i == 3) {
-        const std::string err =
-            error_of([&] { refused.forward(std::span<const int32_t>(&bad, 1), 0, true, row); });
-        EXPECT_NE(err.find("token id " + std::to_string(bad) + " "), std::string::npos) << err;
-        EXPECT_NE(err.find("outside the vocabulary"), std::string::npos) << err;
-      }
+      if (i == 3) refuses(refused, std::span<const int32_t>(&bad, 1), 0);
       refused.forward(std::span<const int32_t>(&ids[i], 1), 0, true, row);
       got.insert(got.end(), row.begin(), row.end());
     }
-    EXPECT_EQ(got, want) << (graphs ? "graphs" : "host launches");
+    EXPECT_EQ(got, want_decode);
     EXPECT_EQ(refused.n_past(0), int64_t(ids.size()));
+    EXPECT_EQ(run_prefill(refused, ids), want_prefill);
+    refused.reset_slot(0);
+    refuses(refused, bad_prompt, 4);
+    EXPECT_EQ(refused.n_past(0), 0);
+    refused.forward(ids, 0, true, row);
+    EXPECT_EQ(row, want_prefill);
   }
 }
 

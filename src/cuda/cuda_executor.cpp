@@ -217,6 +217,8 @@ void CudaExecutor::run_graph(ProgramMem& pm, int64_t T, bool all_logits, int slo
   if (steps.empty() || steps.front().op != Op::Embed) {
     fail("cuda graphs: the program must start with its embedding step");
   }
+  // Outside the capture: it checks the ids and allocates the buffer (the captured embedding
+  // step gathers the same rows again, once).
   embedding_rows(steps.front(), pm, ids);
   *pm.upload.as<int32_t>() = static_cast<int32_t>(s.n_past);
   Graph& g = graphs_[{T, all_logits, slot, build_.rungs, build_.null_dispatches}];

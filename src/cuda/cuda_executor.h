@@ -63,7 +63,7 @@ class CudaExecutor : public runtime::Executor {
     const model::Step* first_prep = nullptr;
   };
 
-  static constexpr size_t kUploadHeader = 16;
+  static constexpr size_t kUploadHeader = 16;  // keeps the rows 16-byte aligned for the copy
   float* embedding_rows(const model::Step& s, ProgramMem& pm, std::span<const int32_t> ids) const;
   const Slot& slot_at(int slot) const;
   ProgramMem& program(int64_t n_tokens, bool all_logits);

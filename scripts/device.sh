@@ -11,7 +11,7 @@
 # timeline and timelinebase [gdn bench --timeline, all exact rungs / baseline + graphs],
 # timelinetests, opsof [OPS="a b": gdn ops --op per name; OPS_PERF=1: with --perf], opsperf, ladder,
 # benchladder, nulls, benchbase [baseline granularity + graphs], tg [tg128 alone], tinytg,
-# prevtinytg and alttinytg [tg128 of the tiny preset: the host's work a token], tgctx and
+# prevtinytg and alttinytg [tg128 of the tiny preset: a few µs of host work show], tgctx and
 # timelinectx [the same at CTX="160 256" context bounds], prevbench,
 # prevbenchbase, prevtimeline and prevtg [bench, benchbase, timeline and tg with a carried
 # gdn_prev], prevlab [the lab carried as gemv_lab_prev], alttg, alttimeline and altbench [tg,
@@ -165,8 +165,9 @@ for s in "${steps[@]}"; do
     alttg) run_step alttg "$bin/gdn_alt" bench -p 0 -r 3 --rounds 2 ;;
     alttimeline) run_step alttimeline "$bin/gdn_alt" bench --timeline -n 16 ;;
     altbench) run_step altbench "$bin/gdn_alt" bench -r 3 --rounds 2 ;;
-    # tg128 of the tiny preset: its kernels take a few µs a token, so the host's work a token
-    # (the embedding's upload, the graph launch, the sync) is most of what it measures.
+    # tg128 of the tiny preset: ~140 µs a token (H100), ~120 of them kernels, so a change of a
+    # few µs in the host's work a token (uploads, launch, sync) shows where Bonsai-27B's
+    # ~2740 µs token hides it in run-to-run spread.
     tinytg) run_step tinytg "$bin/src/app/gdn" bench --preset tiny -p 0 -r 3 --rounds 2 ;;
     prevtinytg) run_step prevtinytg "$bin/gdn_prev" bench --preset tiny -p 0 -r 3 --rounds 2 ;;
     alttinytg) run_step alttinytg "$bin/gdn_alt" bench --preset tiny -p 0 -r 3 --rounds 2 ;;

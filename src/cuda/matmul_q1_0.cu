@@ -627,7 +627,13 @@ __global__ void __launch_bounds__(kQuantizeBlocks * 16)
 //    against 1520): the plain GEMV 4-9% faster where a team runs several one-step slots
 //    (5120->10240, 5120->17408), 15% slower on 17408-long rows (three steps in series before the
 //    barrier), tg128 343-344 against 347-348: each step's dependent chain grew more than its issue
-//    fell.
+//    fell;
+//  - (2026-12-07, H100) a warp per row tile, walking every slice of its slot itself with no team
+//    barrier (as a template parameter: the team loop 1528 instructions, the warp's 1357): gate+up
+//    13.82 -> 16.43 µs, the qkv step 9.57 -> 10.64, q+k+v 8.14 -> 10.11, tg128 332 against 365.
+//    No Bonsai GEMV has a slot for every warp (gate+up's 1088 pair slots on 2640 warps), so 41%
+//    of the warps each walked one slot's 5 chunks (10 for a pair) in turn while the rest idled,
+//    where a team's critical path is 2-3 rounds of one slot's share.
 // Seven more registers held across the dots made ptxas spill 12 bytes at its 96 (a slower GEMV
 // everywhere): the conv epilogue's taps travel through shared memory instead.
 //

@@ -210,6 +210,46 @@ TEST(Program, DecodeStepsReadEveryWeightOnce) {
   }
 }
 
+// A step's traffic: its weights, and the GDN state each layer's recurrence reads and writes
+// once in the slot's type, plus, without state-inplace / state-write-fused, the baseline's
+// gather (slot -> f32 work) and scatter (work -> slot) and the recurrence on the work copy.
+TEST(Program, StepTrafficIsTheWeightsAndTheStateMoves) {
+  auto m = tiny(quant::Type::Q8_0);
+  const model::HParams& hp = m->model.hp;
+  const uint64_t values =
+      uint64_t(hp.n_recurrent()) * hp.ssm_n_v_heads * hp.ssm_d_state * hp.ssm_d_state;
+  const model::Rungs exact = model::Rungs::exact();
+  const struct {
+    model::Rungs rungs;
+    uint64_t read_per_value, write_per_value;
+  } cases[] = {
+      // gather: slot -> work; recurrence: work -> work; scatter: work -> slot (f32 slot)
+      {model::Rungs::none(), 4 + 4 + 4, 4 + 4 + 4},
+      {exact, 4, 4},                                                // slot -> slot
+      {exact.with(model::Rung::StateF16), 2, 2},                    // f16 slot -> slot
+      {exact.without(model::Rung::StateWriteFused), 4 + 4, 4 + 4},  // slot -> work, scatter
+      {exact.with(model::Rung::StateBf16).without(model::Rung::StateInplace), 2 + 4,
+       4 + 2},  // gather from a bf16 slot, work -> slot
+  };
+  for (const auto& c : cases) {
+    const model::Program p = model::build_forward(m->model, 1, false, {.rungs = c.rungs});
+    uint64_t read = 0, write = 0;
+    for (const model::Step& s : p.steps) {
+      const model::StepTraffic t = model::step_traffic(p, s);
+      read += t.read;
+      write += t.write;
+      const bool moves_state = s.op == model::Op::StateGather || s.op == model::Op::StateScatter ||
+                               s.op == model::Op::GdnRecurrence;
+      if (!moves_state) {
+        EXPECT_EQ(t.write, 0u) << model::step_kind(s);
+      }
+    }
+    const std::string label = model::format_rungs(c.rungs);
+    EXPECT_EQ(read, m->model.decode_weight_bytes() + values * c.read_per_value) << label;
+    EXPECT_EQ(write, values * c.write_per_value) << label;
+  }
+}
+
 // A step's kind names what it does without its layer, so the same work in every layer sums
 // into one row of gdn bench --timeline.
 TEST(Program, StepKindsNameTheWorkNotTheLayer) {

@@ -14,6 +14,7 @@
 #include "app/commands.h"
 #include "app/model_source.h"
 #include "common/error.h"
+#include "model/program.h"
 #include "runtime/backend.h"
 
 namespace gdn::app {
@@ -50,18 +51,17 @@ struct Result {
   runtime::DispatchCount dispatches;  // of one forward pass
 };
 
-// Bytes a decode token moves under the rungs: every weight but the embedding table, plus the
-// GDN state traffic — the recurrence reads and writes it once, and without state-inplace /
-// state-write-fused a gather (slot → f32 work) and a scatter (work → slot) each read and
-// write it once more.
+// Bytes a decode token moves under the rungs: its program's steps' traffic (model::step_traffic:
+// every weight but the embedding table once, and the GDN state read and written by the
+// recurrence, and again by the baseline's gather and scatter).
 uint64_t decode_bytes(const model::Model& m, model::Rungs r) {
-  const model::HParams& hp = m.hp;
-  const uint64_t values =
-      uint64_t(hp.n_recurrent()) * hp.ssm_n_v_heads * hp.ssm_d_state * hp.ssm_d_state;
-  const uint64_t slot = model::state_type_bytes(r.state_type()), work = sizeof(float);
-  const bool in = r.has(model::Rung::StateInplace), out = r.has(model::Rung::StateWriteFused);
-  const uint64_t per_value = (in ? slot : work + slot + work) + (out ? slot : work + work + slot);
-  return m.decode_weight_bytes() + values * per_value;
+  const model::Program p = model::build_forward(m, 1, false, {.rungs = r});
+  uint64_t total = 0;
+  for (const model::Step& s : p.steps) {
+    const model::StepTraffic t = model::step_traffic(p, s);
+    total += t.read + t.write;
+  }
+  return total;
 }
 
 std::vector<int32_t> bench_ids(int n, int64_t n_vocab) {

@@ -133,6 +133,25 @@ uint64_t step_weight_bytes(const Step& s) {
   return total;
 }
 
+StepTraffic step_traffic(const Program& p, const Step& s) {
+  const HParams& hp = p.model->hp;
+  const uint64_t values = uint64_t(hp.ssm_n_v_heads) * hp.ssm_d_state * hp.ssm_d_state;
+  const uint64_t slot = values * state_type_bytes(p.rungs.state_type());
+  const uint64_t work = values * sizeof(float);
+  StepTraffic t{.read = step_weight_bytes(s)};
+  if (s.op == Op::StateGather) {
+    t.read += slot;
+    t.write += work;
+  } else if (s.op == Op::StateScatter) {
+    t.read += work;
+    t.write += slot;
+  } else if (s.op == Op::GdnRecurrence) {
+    t.read += s.state_in_slot ? slot : work;
+    t.write += s.state_out_slot ? slot : work;
+  }
+  return t;
+}
+
 namespace {
 
 // q and k are L2-normalised with this epsilon inside the sum, as HF's torch path does.

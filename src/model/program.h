@@ -127,6 +127,17 @@ std::string step_kind(const Step& s);
 // stored: what a decode step must stream at the least.
 uint64_t step_weight_bytes(const Step& s);
 
+struct Program;
+// What a step of p must move through DRAM at the least: its weights and the recurrent state it
+// reads and writes (a slot's state in the program's state type, the f32 work copy of the
+// baseline's gather and scatter). Activations, caches and norm vectors are left out (small
+// beside these in a decode). Summed over a decode program: its bytes per token.
+struct StepTraffic {
+  uint64_t read = 0;
+  uint64_t write = 0;
+};
+StepTraffic step_traffic(const Program& p, const Step& s);
+
 struct Program {
   int64_t n_tokens = 0;
   bool all_logits = true;  // logits for every token, or for the last only

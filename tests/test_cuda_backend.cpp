@@ -16,6 +16,7 @@
 #include "cpu/cpu_executor.h"
 #include "cuda/check.h"
 #include "cuda/cuda_executor.h"
+#include "cuda/decode_floor.h"
 #include "cuda/device.h"
 #include "cuda/op_check.h"
 #include "cuda/q1_imma.h"
@@ -556,6 +557,33 @@ TEST(CudaTiming, CopyBandwidthAndReadCeilingsArePlausible) {
   EXPECT_GT(one_mib, 0);
   EXPECT_GT(all, one_mib);
   CUDA_CHECK(cudaStreamDestroy(s));
+}
+
+// The decode floor (gdn bench --floor): every variant passes its own exact check on steps of
+// mixed sizes (none, a state written back, more than a CTA's prefetch cap), its chain takes
+// longer with more bytes, and a step cannot write back more than it reads.
+TEST(CudaFloor, EveryStructureChecksAndMoreBytesTakeLonger) {
+  REQUIRE_GPU();
+  const std::vector<cuda::FloorStep> small = {{0, 0}, {3 << 20, 1 << 20}, {12345, 0}};
+  std::vector<cuda::FloorStep> big = small;
+  big[2].read_bytes = 96ull << 20;  // ~0.7 MB a CTA on 132 SMs: past the 256 KB L2 ask
+  cuda::FloorChain a(small, 1000, true), b(big, 1000, true), bare(small, 1000, false);
+  EXPECT_EQ(a.steps(), 3u);
+  EXPECT_EQ(a.bytes(), (4u << 20) + 12345u);
+  for (cuda::FloorVariant v : cuda::kFloorVariants) {
+    a.check(v);
+    b.check(v);
+    bare.check(v);
+    const double us_a = a.chain_us(v, 3), us_b = b.chain_us(v, 3);
+    EXPECT_GT(us_a, 0) << cuda::floor_variant_name(v);
+    EXPECT_GT(us_b, us_a) << cuda::floor_variant_name(v);
+    // 96 MB cannot move faster than twice a copy's rate.
+    EXPECT_GT(us_b, 96.0 * (1 << 20) / 2e13 * 1e6) << cuda::floor_variant_name(v);
+  }
+  EXPECT_NE(error_of([] {
+              cuda::FloorChain({{16, 32}}, 8, true);
+            }).find("writes back 32"),
+            std::string::npos);
 }
 
 // Pinned host memory takes a device-to-host copy, and moving it hands the allocation over.

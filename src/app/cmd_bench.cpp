@@ -1,7 +1,7 @@
 // gdn bench: prefill (pp) and decode (tg) speed, like llama-bench, with the bytes a decode
 // token must move and the dispatches the executor counted; --ladder compares the rungs
 // (model/rungs.h), --null-dispatches prices a dispatch, --timeline says where a decode
-// token's time goes.
+// token's time goes, --floor what the decode's step structure costs with no arithmetic.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -17,6 +17,10 @@
 #include "model/program.h"
 #include "runtime/backend.h"
 
+#ifdef GDN_HAVE_CUDA
+#include "cuda/decode_floor.h"
+#endif
+
 namespace gdn::app {
 namespace {
 
@@ -31,6 +35,7 @@ struct BenchArgs {
   std::vector<int> null_dispatches;
   bool verbose = false;
   bool timeline = false;
+  bool floor = false;
 };
 
 // One configuration of the executor: a set of rungs and a count of injected empty dispatches.
@@ -272,6 +277,57 @@ int run_timeline(runtime::Executor& ex, const BenchArgs& a, int64_t n_vocab, dou
   return 0;
 }
 
+// --floor: the decode program's steps with no arithmetic (cuda/decode_floor.h), each still
+// waiting for the one before, reading the residual vector and streaming its step_traffic, in
+// each step structure: the time a token cannot go below without changing the structure.
+int run_floor(const model::Model& m, model::Rungs rungs, const BenchArgs& a, double roofline_bw) {
+#ifdef GDN_HAVE_CUDA
+  const model::Program p = model::build_forward(m, 1, false, {.rungs = rungs});
+  std::vector<cuda::FloorStep> steps;
+  for (const model::Step& s : p.steps) {
+    if (s.op == model::Op::Embed || s.op == model::Op::Null) continue;  // a host copy, a probe
+    const model::StepTraffic t = model::step_traffic(p, s);
+    steps.push_back({t.read, t.write});
+  }
+  cuda::FloorChain chain(std::move(steps), static_cast<int>(m.hp.n_embd), true);
+  for (cuda::FloorVariant v : cuda::kFloorVariants) chain.check(v);
+  const double mb = double(chain.bytes()) / 1e6;
+  nlohmann::json rows = nlohmann::json::array();
+  for (cuda::FloorVariant v : cuda::kFloorVariants) {
+    const double us = chain.chain_us(v, std::max(5, a.reps * a.rounds)), tok_s = 1e6 / us;
+    rows.push_back(
+        {{"structure", cuda::floor_variant_name(v)},
+         {"steps_per_token", chain.steps()},
+         {"us_per_token", us},
+         {"tok_s", tok_s},
+         {"mb_per_token", mb},
+         {"gb_s", mb * tok_s / 1e3},
+         {"roofline_pct", roofline_bw > 0 ? 100.0 * mb * 1e6 * tok_s / roofline_bw : 0.0}});
+  }
+  if (a.output == "json") {
+    fmt::print("{}\n", rows.dump(2));
+    return 0;
+  }
+  fmt::print(
+      "decode floor, rungs {}: every step of the decode program with no arithmetic (it waits for "
+      "the step before, reads the {}-float residual vector, streams its weights and state once)\n"
+      "| structure | steps/token | µs/token | tok/s | MB/token | GB/s | % roofline |\n"
+      "|---|---:|---:|---:|---:|---:|---:|\n",
+      model::format_rungs(rungs), m.hp.n_embd);
+  for (const auto& r : rows) {
+    fmt::print("| {} | {} | {:.1f} | {:.2f} | {:.1f} | {:.1f} | {:.1f}% |\n",
+               r["structure"].get<std::string>(), r["steps_per_token"].get<size_t>(),
+               r["us_per_token"].get<double>(), r["tok_s"].get<double>(),
+               r["mb_per_token"].get<double>(), r["gb_s"].get<double>(),
+               r["roofline_pct"].get<double>());
+  }
+  return 0;
+#else
+  (void)m, (void)rungs, (void)a, (void)roofline_bw;
+  fail("--floor: this gdn was built without the CUDA backend");
+#endif
+}
+
 // One JSON row per configuration and test: tok/s, dispatches (in all and per op), and for decode
 // the bytes per token, GB/s and % of the roofline.
 nlohmann::json result_rows(const LoadedModel& lm, const std::vector<Config>& configs,
@@ -352,6 +408,8 @@ void print_dispatches(const std::vector<Config>& configs, const std::vector<Test
 int run_bench(const BenchArgs& a) {
   // The main job: with no model given, a synthetic Bonsai-27B Q1_0 on a GPU, tiny on a CPU.
   const std::string backend = runtime::resolve_backend(a.model.backend);
+  if (a.floor && backend != "cuda")
+    fail("--floor runs on the GPU (the {} backend was chosen)", backend);
   LoadedModel lm = load_model(a.model, backend == "cuda" ? "bonsai-27b" : "tiny");
   const double roofline_bw = runtime::roofline_bandwidth(backend);
   runtime::Executor& ex = *lm.exec;
@@ -364,6 +422,7 @@ int run_bench(const BenchArgs& a) {
     return run_null_dispatches(ex, a, V);
   }
   if (a.timeline) return run_timeline(ex, a, V, roofline_bw);
+  if (a.floor) return run_floor(*lm.model, ex.rungs(), a, roofline_bw);
   std::vector<Test> tests;
   if (a.n_prompt > 0) tests.push_back({fmt::format("pp{}", a.n_prompt), true, a.n_prompt});
   if (a.n_gen > 0) tests.push_back({fmt::format("tg{}", a.n_gen), false, a.n_gen});
@@ -407,6 +466,10 @@ Run add_bench(CLI::App& app) {
                "where a decode token's time goes: every kernel stamps the GPU clock as it "
                "starts, time summed by step kind over -n tokens, with each kind's weight bytes, "
                "the GB/s they are read at and its % of the measured copy bandwidth (CUDA)");
+  app.add_flag("--floor", a->floor,
+               "the decode's floor: every step of the decode program with no arithmetic (waiting "
+               "for the step before, reading the residual vector, streaming its weights and "
+               "state), as a kernel per step and as one persistent kernel (CUDA)");
   return [a] { return run_bench(*a); };
 }
 

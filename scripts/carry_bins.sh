@@ -34,7 +34,7 @@ commit() {
 [ -z "$prev" ] || prev=$(commit "$prev")
 [ -z "$alt" ] || alt=$(commit "$alt")
 
-targets=(test_cuda_ladder)
+targets=(test_cuda_ladder sync_lab)
 [ "$lab" = 1 ] && targets+=(gemv_lab)
 pack=$(mktemp -d)
 trap 'rm -rf "$pack"' EXIT
@@ -65,7 +65,7 @@ built_worktree() {
 
 build .
 cp build-cuda/src/app/gdn build-cuda/tests/test_cuda_backend build-cuda/tests/test_cuda_ladder \
-  "$pack"/
+  build-cuda/bench/sync_lab "$pack"/
 [ "$lab" = 1 ] && cp build-cuda/bench/gemv_lab "$pack"/
 if [ -n "$prev" ]; then
   dir=$(built_worktree "$prev")

@@ -3,7 +3,9 @@
 # build-cuda/) — op checks, backend tests, the GEMV lab, the benchmark — with full logs in $OUT and
 # a short summary last. Steps are chosen by name: scripts/device.sh ops tests lab bench (also: chain
 # [bench/chain_lab, the persistent GEMV chain], smbw [bench/sm_bw_lab, the DRAM bandwidth of G SMs],
-# icache [bench/icache_lab, what cold code costs], ncu [the one-launch GEMV's stall reasons per SASS
+# icache [bench/icache_lab, what cold code costs], sync [bench/sync_lab, the step boundary's
+# price], floor and floorbase [gdn bench --floor: the decode with no arithmetic, all exact rungs /
+# baseline + graphs], floortests [its GPU test], ncu [the one-launch GEMV's stall reasons per SASS
 # line], ncudecode [the same in decode steps], ncurecurrence [the same for the GDN recurrence in
 # decode steps], ncuattention [and for attention], ncuchain [the same for the chain kernel], profile
 # [every kernel's time in decode steps, one at a time under ncu], prefillprofile [the same for pp512
@@ -35,6 +37,7 @@ if [ -f .carry/bins.tar.xz ]; then
   ln -sf ../chain_lab /tmp/gdn-bin/bench/chain_lab
   ln -sf ../sm_bw_lab /tmp/gdn-bin/bench/sm_bw_lab
   ln -sf ../icache_lab /tmp/gdn-bin/bench/icache_lab
+  ln -sf ../sync_lab /tmp/gdn-bin/bench/sync_lab
   bin=/tmp/gdn-bin
 fi
 steps=("$@")
@@ -114,6 +117,10 @@ for s in "${steps[@]}"; do
     chain) run_step chain stdbuf -oL "$bin/bench/chain_lab" ;;
     smbw) run_step smbw "$bin/bench/sm_bw_lab" ;;
     icache) run_step icache "$bin/bench/icache_lab" ;;
+    sync) run_step sync "$bin/bench/sync_lab" ;;
+    floor) run_step floor "$bin/src/app/gdn" bench --floor -r 3 --rounds 2 ;;
+    floorbase) run_step floorbase "$bin/src/app/gdn" bench --floor -r 3 --rounds 2 --rungs graphs ;;
+    floortests) run_step floortests "$bin/tests/test_cuda_backend" --gtest_filter='CudaFloor.*' ;;
     # Caches left warm (--cache-control none) and a launch from the lab's timing loop, as in a
     # decode step: ${NCU_SKIP:-40} launches of the kernel skipped first (past the checks and the
     # timelines, into the first timed graph).

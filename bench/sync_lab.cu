@@ -46,7 +46,7 @@ int run() {
   fmt::print(
       "| variant | x read | weights a step | µs a step | GB/s |\n|---|---|---:|---:|---:|\n");
   for (const Case& k : cases) {
-    FloorChain chain(std::vector<FloorStep>(kSteps, {uint64_t(k.bytes), 0}), kWidth, k.all_x);
+    FloorChain chain(std::vector<FloorStep>(kSteps, {uint64_t(k.bytes), 0, k.all_x}), kWidth);
     for (FloorVariant v : kFloorVariants) chain.check(v);
     for (FloorVariant v : kFloorVariants) {
       const double us = chain.chain_us(v, kReplays) / kSteps;

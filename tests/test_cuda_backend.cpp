@@ -564,16 +564,17 @@ TEST(CudaTiming, CopyBandwidthAndReadCeilingsArePlausible) {
 // longer with more bytes, and a step cannot write back more than it reads.
 TEST(CudaFloor, EveryStructureChecksAndMoreBytesTakeLonger) {
   REQUIRE_GPU();
-  const std::vector<cuda::FloorStep> small = {{0, 0}, {3 << 20, 1 << 20}, {12345, 0}};
-  std::vector<cuda::FloorStep> big = small;
+  const std::vector<cuda::FloorStep> small = {{0, 0}, {3 << 20, 1 << 20, false}, {12345, 0}};
+  std::vector<cuda::FloorStep> big = small, bare = small;
   big[2].read_bytes = 96ull << 20;  // ~0.7 MB a CTA on 132 SMs: past the 256 KB L2 ask
-  cuda::FloorChain a(small, 1000, true), b(big, 1000, true), bare(small, 1000, false);
+  for (cuda::FloorStep& s : bare) s.all_x = false;
+  cuda::FloorChain a(small, 1000), b(big, 1000), sources(bare, 1000);
   EXPECT_EQ(a.steps(), 3u);
   EXPECT_EQ(a.bytes(), (4u << 20) + 12345u);
   for (cuda::FloorVariant v : cuda::kFloorVariants) {
     a.check(v);
     b.check(v);
-    bare.check(v);
+    sources.check(v);
     const double us_a = a.chain_us(v, 3), us_b = b.chain_us(v, 3);
     EXPECT_GT(us_a, 0) << cuda::floor_variant_name(v);
     EXPECT_GT(us_b, us_a) << cuda::floor_variant_name(v);
@@ -581,7 +582,7 @@ TEST(CudaFloor, EveryStructureChecksAndMoreBytesTakeLonger) {
     EXPECT_GT(us_b, 96.0 * (1 << 20) / 2e13 * 1e6) << cuda::floor_variant_name(v);
   }
   EXPECT_NE(error_of([] {
-              cuda::FloorChain({{16, 32}}, 8, true);
+              cuda::FloorChain({{16, 32}}, 8);
             }).find("writes back 32"),
             std::string::npos);
 }

@@ -1,7 +1,7 @@
 // The decode floor (decode_floor.h). Every variant runs the same device code per step:
 //   - before its wait, thread 0 asks L2 for the CTA's share of the step's bytes (the bytes
 //     never depend on the previous step, as a GEMV's weights do not);
-//   - after it, the CTA reads all of x (or only its y sources), streams its share with eight
+//   - after it, the CTA reads all of x (a GEMV) or only its y sources, streams its share with eight
 //     16-byte loads in flight a thread (writing back the first write_bytes: a state update),
 //     and writes its share of the next vector, y[i] = x[perm(i)] + 1, perm crossing CTAs.
 // After S steps y[i] = x0[perm^S(i)] + S exactly (small integers in f32), so a barrier that let a
@@ -34,12 +34,12 @@ struct StepDev {
   uint64_t off;     // first uint4 of the step's region
   uint32_t share;   // uint4s a CTA reads
   uint32_t wshare;  // of which it writes back the first
+  bool all_x;       // read all of x, not only the y sources
 };
 
 struct Chain {
   float* x[2];  // ping-pong vectors of width floats
   int width;
-  bool all_x;
   uint4* arena;
   const StepDev* steps;  // device copy (persistent variants)
   int n_steps;
@@ -69,7 +69,7 @@ __device__ void step_body(const Chain& c, const StepDev& st, int step) {
   const float* x = c.x[step & 1];
   float* y = c.x[(step + 1) & 1];
   float xs = 0.0f;
-  if (c.all_x) {
+  if (st.all_x) {
     for (int i = threadIdx.x; i < c.width; i += kThreads) xs += x[i];
   }
   unsigned sum = __float_as_uint(xs);
@@ -214,8 +214,7 @@ struct FloorChain::State {
   }
 };
 
-FloorChain::FloorChain(std::vector<FloorStep> steps, int width, bool all_x)
-    : st_(std::make_unique<State>()) {
+FloorChain::FloorChain(std::vector<FloorStep> steps, int width) : st_(std::make_unique<State>()) {
   State& t = *st_;
   t.steps = std::move(steps);
   if (t.steps.empty() || width <= 0) fail("decode floor: no steps or an empty vector");
@@ -226,8 +225,8 @@ FloorChain::FloorChain(std::vector<FloorStep> steps, int width, bool all_x)
       fail("decode floor: a step writes back {} bytes of the {} it reads", step.write_bytes,
            step.read_bytes);
     }
-    t.shares.push_back(
-        {vecs, uint4s_per_cta(step.read_bytes, g), uint4s_per_cta(step.write_bytes, g)});
+    t.shares.push_back({vecs, uint4s_per_cta(step.read_bytes, g),
+                        uint4s_per_cta(step.write_bytes, g), step.all_x});
     vecs += uint64_t(t.shares.back().share) * g;
   }
   CUDA_CHECK(cudaStreamCreate(&t.s));
@@ -241,7 +240,6 @@ FloorChain::FloorChain(std::vector<FloorStep> steps, int width, bool all_x)
   for (int i = 0; i < width; ++i) t.x0.push_back(float((i * 37) % 1000));
   t.chain = Chain{{t.x.as<float>(), t.x.as<float>() + width},
                   width,
-                  all_x,
                   t.arena.as<uint4>(),
                   t.dev_steps.as<StepDev>(),
                   static_cast<int>(t.steps.size()),

@@ -19,6 +19,7 @@ namespace gdn::cuda {
 struct FloorStep {
   uint64_t read_bytes = 0;   // streamed once by the grid: weights, a state
   uint64_t write_bytes = 0;  // written back in place over the first of those bytes (a state)
+  bool all_x = true;         // every CTA reads all of the vector (a GEMV), else only its y sources
 };
 
 // How the steps follow each other. Kernels: one launch per step, each CTA asking L2 for its
@@ -35,9 +36,8 @@ const char* floor_variant_name(FloorVariant v);
 
 class FloorChain {
  public:
-  // width: floats of the vector the steps pass on; all_x: every CTA reads all of it (else only
-  // the elements its share of the next vector comes from: the bare boundary).
-  FloorChain(std::vector<FloorStep> steps, int width, bool all_x);
+  // width: floats of the vector the steps pass on.
+  FloorChain(std::vector<FloorStep> steps, int width);
   ~FloorChain();
   FloorChain(const FloorChain&) = delete;
   FloorChain& operator=(const FloorChain&) = delete;

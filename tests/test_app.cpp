@@ -442,6 +442,13 @@ TEST(Bench, TimelineOnTheCpuIsRefusedWithTheReason) {
   EXPECT_NE(r.err.find("the cpu backend has no dispatch timeline"), std::string::npos) << r.err;
 }
 
+TEST(Bench, FloorOnTheCpuIsRefusedWithTheReason) {
+  const Result r = bench_tiny({"--floor"});
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("--floor runs on the GPU (the cpu backend was chosen)"), std::string::npos)
+      << r.err;
+}
+
 // The ladder issue's contract: `gdn bench --help` names every rung.
 TEST(Bench, HelpListsEveryRung) {
   const Result r = gdn({"bench", "--help"});

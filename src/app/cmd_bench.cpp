@@ -279,8 +279,8 @@ int run_timeline(runtime::Executor& ex, const BenchArgs& a, int64_t n_vocab, dou
 
 // --floor: the decode program's steps with no arithmetic (cuda/decode_floor.h), each still
 // waiting for the one before, reading the residual vector (all of it in every CTA of a GEMV)
-// and streaming its step_traffic, in
-// each step structure: the time a token cannot go below without changing the structure.
+// and streaming its step_traffic, in each step structure: the time a token cannot go below
+// without changing the structure.
 int run_floor(const model::Model& m, model::Rungs rungs, const BenchArgs& a, double roofline_bw) {
 #ifdef GDN_HAVE_CUDA
   const model::Program p = model::build_forward(m, 1, false, {.rungs = rungs});
@@ -312,8 +312,7 @@ int run_floor(const model::Model& m, model::Rungs rungs, const BenchArgs& a, dou
   fmt::print(
       "decode floor, rungs {}: every step of the decode program with no arithmetic (it waits for "
       "the step before, reads the {}-float residual vector, all of it in every CTA of a GEMV, "
-      "streams "
-      "its weights and state once)\n"
+      "and streams its weights and state once)\n"
       "| structure | steps/token | µs/token | tok/s | MB/token | GB/s | % roofline |\n"
       "|---|---:|---:|---:|---:|---:|---:|\n",
       model::format_rungs(rungs), m.hp.n_embd);

@@ -561,7 +561,8 @@ TEST(CudaTiming, CopyBandwidthAndReadCeilingsArePlausible) {
 
 // The decode floor (gdn bench --floor): every variant passes its own exact check on steps of
 // mixed sizes (none, a state written back, more than a CTA's prefetch cap), its chain takes
-// longer with more bytes, and a step cannot write back more than it reads.
+// longer with more bytes, the best of the streaming configurations is the fastest of them, and
+// a step cannot write back more than it reads nor run on a block size it has no kernel for.
 TEST(CudaFloor, EveryStructureChecksAndMoreBytesTakeLonger) {
   REQUIRE_GPU();
   const std::vector<cuda::FloorStep> small = {{0, 0}, {3 << 20, 1 << 20, false}, {12345, 0}};
@@ -581,9 +582,16 @@ TEST(CudaFloor, EveryStructureChecksAndMoreBytesTakeLonger) {
     // 96 MB cannot move faster than twice a copy's rate.
     EXPECT_GT(us_b, 96.0 * (1 << 20) / 2e13 * 1e6) << cuda::floor_variant_name(v);
   }
+  const cuda::FloorBest best = a.best(cuda::FloorVariant::KernelsExclusive, 3);
+  ASSERT_EQ(best.us_by_config.size(), cuda::floor_configs().size());
+  EXPECT_EQ(best.us, *std::min_element(best.us_by_config.begin(), best.us_by_config.end()));
   EXPECT_NE(error_of([] {
               cuda::FloorChain({{16, 32}}, 8);
             }).find("writes back 32"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              a.check(cuda::FloorVariant::PersistentCg, {.threads = 640});
+            }).find("640 threads a CTA"),
             std::string::npos);
 }
 

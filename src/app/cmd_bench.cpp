@@ -291,13 +291,16 @@ int run_floor(const model::Model& m, model::Rungs rungs, const BenchArgs& a, dou
     steps.push_back({t.read, t.write, s.op == model::Op::MatMul || s.op == model::Op::MatMulFused});
   }
   cuda::FloorChain chain(std::move(steps), static_cast<int>(m.hp.n_embd));
-  for (cuda::FloorVariant v : cuda::kFloorVariants) chain.check(v);
   const double mb = double(chain.bytes()) / 1e6;
   nlohmann::json rows = nlohmann::json::array();
   for (cuda::FloorVariant v : cuda::kFloorVariants) {
-    const double us = chain.chain_us(v, std::max(5, a.reps * a.rounds)), tok_s = 1e6 / us;
+    const cuda::FloorBest b = chain.best(v, std::max(5, a.reps * a.rounds));
+    const double us = b.us, tok_s = 1e6 / us;
     rows.push_back(
         {{"structure", cuda::floor_variant_name(v)},
+         {"best_of", cuda::floor_configs().size()},
+         {"config", cuda::describe(b.config)},
+         {"us_by_config", b.us_by_config},
          {"steps_per_token", chain.steps()},
          {"us_per_token", us},
          {"tok_s", tok_s},
@@ -313,15 +316,27 @@ int run_floor(const model::Model& m, model::Rungs rungs, const BenchArgs& a, dou
       "decode floor, rungs {}: every step of the decode program with no arithmetic (it waits for "
       "the step before, reads the {}-float residual vector, all of it in every CTA of a GEMV, "
       "and streams its weights and state once)\n"
-      "| structure | steps/token | µs/token | tok/s | MB/token | GB/s | % roofline |\n"
-      "|---|---:|---:|---:|---:|---:|---:|\n",
-      model::format_rungs(rungs), m.hp.n_embd);
+      "| structure | fastest of {} | steps/token | µs/token | tok/s | MB/token | GB/s | % roofline "
+      "|\n"
+      "|---|---|---:|---:|---:|---:|---:|---:|\n",
+      model::format_rungs(rungs), m.hp.n_embd, cuda::floor_configs().size());
   for (const auto& r : rows) {
-    fmt::print("| {} | {} | {:.1f} | {:.2f} | {:.1f} | {:.1f} | {:.1f}% |\n",
-               r["structure"].get<std::string>(), r["steps_per_token"].get<size_t>(),
-               r["us_per_token"].get<double>(), r["tok_s"].get<double>(),
-               r["mb_per_token"].get<double>(), r["gb_s"].get<double>(),
+    fmt::print("| {} | {} | {} | {:.1f} | {:.2f} | {:.1f} | {:.1f} | {:.1f}% |\n",
+               r["structure"].get<std::string>(), r["config"].get<std::string>(),
+               r["steps_per_token"].get<size_t>(), r["us_per_token"].get<double>(),
+               r["tok_s"].get<double>(), r["mb_per_token"].get<double>(), r["gb_s"].get<double>(),
                r["roofline_pct"].get<double>());
+  }
+  if (a.verbose) {
+    fmt::print("\nµs per token by streaming configuration:\n");
+    const std::vector<cuda::FloorConfig> configs = cuda::floor_configs();
+    for (const auto& r : rows) {
+      const auto us = r["us_by_config"].get<std::vector<double>>();
+      for (size_t i = 0; i < configs.size(); ++i) {
+        fmt::print("  {}, {}: {:.1f}\n", r["structure"].get<std::string>(),
+                   cuda::describe(configs[i]), us[i]);
+      }
+    }
   }
   return 0;
 #else
@@ -463,7 +478,9 @@ Run add_bench(CLI::App& app) {
                  "inject N empty kernels into every decode step for each N (comma list) and fit "
                  "the wall cost per dispatch, with and without graphs")
       ->delimiter(',');
-  app.add_flag("-v,--verbose", a->verbose, "dispatches per token by op kind");
+  app.add_flag(
+      "-v,--verbose", a->verbose,
+      "dispatches per token by op kind; with --floor, every streaming configuration's time");
   app.add_flag("--timeline", a->timeline,
                "where a decode token's time goes: every kernel stamps the GPU clock as it "
                "starts, time summed by step kind over -n tokens, with each kind's weight bytes, "

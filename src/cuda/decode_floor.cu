@@ -9,7 +9,10 @@
 // depends on, so no load can be dropped.
 #include <cooperative_groups.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "common/error.h"
@@ -22,13 +25,9 @@
 namespace gdn::cuda {
 namespace {
 
-constexpr int kThreads = 512;
-constexpr int kWarps = kThreads / 32;
+constexpr int kMaxWarps = 32;                  // sink slots a CTA
 constexpr int kInFlight = 8;                   // 16-byte loads a thread issues before using them
 constexpr size_t kExclusiveSmem = 150 * 1024;  // two CTAs of this never share an SM
-// Per CTA and step: at most 256 KB asked of L2 ahead (34 MB over 132 SMs: within L2, so a
-// step as large as the output head does not evict its own first bytes).
-constexpr uint32_t kPrefetchCap = 256 * 1024;
 
 struct StepDev {
   uint64_t off;     // first uint4 of the step's region
@@ -40,6 +39,7 @@ struct StepDev {
 struct Chain {
   float* x[2];  // ping-pong vectors of width floats
   int width;
+  uint32_t prefetch_bytes;  // of a CTA's share asked of L2 ahead, at most
   uint4* arena;
   const StepDev* steps;  // device copy (persistent variants)
   int n_steps;
@@ -57,7 +57,8 @@ __device__ uint4* share_of(const Chain& c, const StepDev& st) {
 
 __device__ void prefetch_share(const Chain& c, const StepDev& st) {
   if (threadIdx.x == 0) {
-    detail::prefetch_l2(share_of(c, st), min(st.share * uint32_t(sizeof(uint4)), kPrefetchCap));
+    detail::prefetch_l2(share_of(c, st),
+                        min(st.share * uint32_t(sizeof(uint4)), c.prefetch_bytes) & ~15u);
   }
 }
 
@@ -65,6 +66,7 @@ __device__ __forceinline__ unsigned fold(uint4 q) {
   return q.x ^ q.y ^ q.z ^ q.w;
 }
 
+template <int kThreads>
 __device__ void step_body(const Chain& c, const StepDev& st, int step) {
   const float* x = c.x[step & 1];
   float* y = c.x[(step + 1) & 1];
@@ -95,21 +97,23 @@ __device__ void step_body(const Chain& c, const StepDev& st, int step) {
   for (int i = lo + threadIdx.x; i < hi; i += kThreads) y[i] = x[perm(i, c.width)] + 1.0f;
   // A reduction without a return value: nothing on the step's path waits for it.
   sum = __reduce_add_sync(detail::kFullMask, sum);
-  if ((threadIdx.x & 31) == 0) atomicAdd(c.sink + blockIdx.x * kWarps + threadIdx.x / 32, sum);
+  if ((threadIdx.x & 31) == 0) atomicAdd(c.sink + blockIdx.x * kMaxWarps + threadIdx.x / 32, sum);
 }
 
+template <int kThreads>
 __global__ void __launch_bounds__(kThreads) floor_step_kernel(Chain c, StepDev st, int step) {
   detail::pdl_launch_dependents();
   prefetch_share(c, st);
   detail::pdl_wait();
-  step_body(c, st, step);
+  step_body<kThreads>(c, st, step);
 }
 
+template <int kThreads>
 __global__ void __launch_bounds__(kThreads) floor_persistent_cg_kernel(Chain c) {
   const cooperative_groups::grid_group grid = cooperative_groups::this_grid();
   prefetch_share(c, c.steps[0]);
   for (int step = 0; step < c.n_steps; ++step) {
-    step_body(c, c.steps[step], step);
+    step_body<kThreads>(c, c.steps[step], step);
     if (step + 1 < c.n_steps) prefetch_share(c, c.steps[step + 1]);
     grid.sync();
   }
@@ -130,13 +134,28 @@ __device__ void flag_barrier(unsigned* arrivals, unsigned target) {
   __syncthreads();
 }
 
+template <int kThreads>
 __global__ void __launch_bounds__(kThreads) floor_persistent_flag_kernel(Chain c) {
   prefetch_share(c, c.steps[0]);
   for (int step = 0; step < c.n_steps; ++step) {
-    step_body(c, c.steps[step], step);
+    step_body<kThreads>(c, c.steps[step], step);
     if (step + 1 < c.n_steps) prefetch_share(c, c.steps[step + 1]);
     flag_barrier(c.arrivals, unsigned(step + 1) * gridDim.x);
   }
+}
+
+using StepKernel = void (*)(Chain, StepDev, int);
+using PersistentKernel = void (*)(Chain);
+
+StepKernel step_kernel(int threads) {
+  return threads == 1024 ? floor_step_kernel<1024> : floor_step_kernel<512>;
+}
+
+PersistentKernel persistent_kernel(FloorVariant v, int threads) {
+  if (v == FloorVariant::PersistentCg) {
+    return threads == 1024 ? floor_persistent_cg_kernel<1024> : floor_persistent_cg_kernel<512>;
+  }
+  return threads == 1024 ? floor_persistent_flag_kernel<1024> : floor_persistent_flag_kernel<512>;
 }
 
 bool kernel_per_step(FloorVariant v) {
@@ -167,6 +186,18 @@ const char* floor_variant_name(FloorVariant v) {
   return "?";
 }
 
+std::vector<FloorConfig> floor_configs() {
+  std::vector<FloorConfig> out;
+  for (int threads : {512, 1024}) {
+    for (uint32_t kb : {0u, 64u, 256u, 1024u}) out.push_back({threads, kb << 10});
+  }
+  return out;
+}
+
+std::string describe(const FloorConfig& c) {
+  return fmt::format("{} threads, {} KB ahead", c.threads, c.prefetch_bytes >> 10);
+}
+
 unsigned FloorChain::grid() {
   return static_cast<unsigned>(sm_count());
 }
@@ -178,6 +209,15 @@ struct FloorChain::State {
   cudaStream_t s = nullptr;
   DeviceBuffer x, arena, sink, dev_steps;
   Chain chain{};
+  int threads = 512;
+
+  void apply(const FloorConfig& c) {
+    if (c.threads != 512 && c.threads != 1024) {
+      fail("decode floor: {} threads a CTA (512 or 1024)", c.threads);
+    }
+    threads = c.threads;
+    chain.prefetch_bytes = c.prefetch_bytes;
+  }
 
   ~State() {
     if (s) cudaStreamDestroy(s);
@@ -192,17 +232,15 @@ struct FloorChain::State {
 
   void launch_step(FloorVariant v, int step) {
     const size_t smem = v == FloorVariant::KernelsExclusive ? kExclusiveSmem : 0;
-    detail::launch(floor_step_kernel, grid(), kThreads, smem, true, s, chain,
+    detail::launch(step_kernel(threads), grid(), threads, smem, true, s, chain,
                    shares[static_cast<size_t>(step)], step);
   }
 
   // Cooperative: the launch fails rather than hangs when the grid cannot be co-resident.
   void launch_persistent(FloorVariant v) {
     void* args[] = {&chain};
-    const void* k = v == FloorVariant::PersistentCg
-                        ? reinterpret_cast<const void*>(floor_persistent_cg_kernel)
-                        : reinterpret_cast<const void*>(floor_persistent_flag_kernel);
-    CUDA_CHECK(cudaLaunchCooperativeKernel(k, grid(), kThreads, args, 0, s));
+    const void* k = reinterpret_cast<const void*>(persistent_kernel(v, threads));
+    CUDA_CHECK(cudaLaunchCooperativeKernel(k, grid(), threads, args, 0, s));
   }
 
   void run(FloorVariant v) {
@@ -232,7 +270,7 @@ FloorChain::FloorChain(std::vector<FloorStep> steps, int width) : st_(std::make_
   CUDA_CHECK(cudaStreamCreate(&t.s));
   t.x = DeviceBuffer(2 * sizeof(float) * size_t(width));
   t.arena = DeviceBuffer(std::max<uint64_t>(vecs, 1) * sizeof(uint4));
-  t.sink = DeviceBuffer(sizeof(unsigned) * (size_t(g) * kWarps + 1));
+  t.sink = DeviceBuffer(sizeof(unsigned) * (size_t(g) * kMaxWarps + 1));
   t.dev_steps = DeviceBuffer(sizeof(StepDev) * t.shares.size());
   CUDA_CHECK(
       cudaMemcpy(t.dev_steps.get(), t.shares.data(), t.dev_steps.bytes(), cudaMemcpyHostToDevice));
@@ -240,13 +278,16 @@ FloorChain::FloorChain(std::vector<FloorStep> steps, int width) : st_(std::make_
   for (int i = 0; i < width; ++i) t.x0.push_back(float((i * 37) % 1000));
   t.chain = Chain{{t.x.as<float>(), t.x.as<float>() + width},
                   width,
+                  0,
                   t.arena.as<uint4>(),
                   t.dev_steps.as<StepDev>(),
                   static_cast<int>(t.steps.size()),
                   t.sink.as<unsigned>(),
-                  t.sink.as<unsigned>() + size_t(g) * kWarps};
-  CUDA_CHECK(cudaFuncSetAttribute(floor_step_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  int(kExclusiveSmem)));
+                  t.sink.as<unsigned>() + size_t(g) * kMaxWarps};
+  for (int threads : {512, 1024}) {
+    CUDA_CHECK(cudaFuncSetAttribute(
+        step_kernel(threads), cudaFuncAttributeMaxDynamicSharedMemorySize, int(kExclusiveSmem)));
+  }
   CUDA_CHECK(cudaStreamSynchronize(t.s));
 }
 
@@ -262,8 +303,9 @@ uint64_t FloorChain::bytes() const {
   return total;
 }
 
-void FloorChain::check(FloorVariant v) {
+void FloorChain::check(FloorVariant v, const FloorConfig& c) {
   State& t = *st_;
+  t.apply(c);
   t.reset();
   t.run(v);
   CUDA_CHECK(cudaStreamSynchronize(t.s));
@@ -276,14 +318,15 @@ void FloorChain::check(FloorVariant v) {
     for (int s = 0; s < n_steps; ++s) j = perm(j, width);
     const float want = t.x0[static_cast<size_t>(j)] + float(n_steps);
     if (y[static_cast<size_t>(i)] != want) {
-      fail("decode floor, {}: after {} steps y[{}] = {}, want {}", floor_variant_name(v), n_steps,
-           i, y[static_cast<size_t>(i)], want);
+      fail("decode floor, {} ({}): after {} steps y[{}] = {}, want {}", floor_variant_name(v),
+           describe(c), n_steps, i, y[static_cast<size_t>(i)], want);
     }
   }
 }
 
-double FloorChain::chain_us(FloorVariant v, int replays) {
+double FloorChain::chain_us(FloorVariant v, int replays, const FloorConfig& c) {
   State& t = *st_;
+  t.apply(c);
   const int n_steps = t.chain.n_steps;
   if (kernel_per_step(v)) {
     return n_steps * graph_us(
@@ -307,6 +350,20 @@ double FloorChain::chain_us(FloorVariant v, int replays) {
   CUDA_CHECK(cudaEventDestroy(b));
   std::sort(us.begin(), us.end());
   return us[us.size() / 2];
+}
+
+FloorBest FloorChain::best(FloorVariant v, int replays) {
+  FloorBest b;
+  for (const FloorConfig& c : floor_configs()) {
+    check(v, c);
+    const double us = chain_us(v, replays, c);
+    if (b.us_by_config.empty() || us < b.us) {
+      b.us = us;
+      b.config = c;
+    }
+    b.us_by_config.push_back(us);
+  }
+  return b;
 }
 
 }  // namespace gdn::cuda

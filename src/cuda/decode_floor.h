@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace gdn::cuda {
@@ -34,6 +35,22 @@ inline constexpr FloorVariant kFloorVariants[] = {
     FloorVariant::PersistentFlag};
 const char* floor_variant_name(FloorVariant v);
 
+// How a step streams its share: threads a CTA (512 or 1024) and how many bytes of its share a
+// CTA asks L2 for before its wait (at most; persistent: before the barrier ahead of the step).
+struct FloorConfig {
+  int threads = 512;
+  uint32_t prefetch_bytes = 256 << 10;
+};
+// What FloorChain::best tries: 512 and 1024 threads, 0, 64 KB, 256 KB and 1 MB ahead.
+std::vector<FloorConfig> floor_configs();
+std::string describe(const FloorConfig& c);  // "1024 threads, 64 KB ahead"
+
+struct FloorBest {
+  double us = 0;  // µs of one run of the chain
+  FloorConfig config;
+  std::vector<double> us_by_config;  // every one tried, in floor_configs() order
+};
+
 class FloorChain {
  public:
   // width: floats of the vector the steps pass on.
@@ -45,9 +62,13 @@ class FloorChain {
   // Runs the chain once from a known vector and checks the last one exactly, so a step that
   // read its vector before the previous step wrote it fails; throws gdn::Error naming the
   // variant and the first wrong element.
-  void check(FloorVariant v);
+  void check(FloorVariant v, const FloorConfig& c = {});
   // Median µs of one run of the whole chain over `replays` runs after warm-up.
-  double chain_us(FloorVariant v, int replays);
+  double chain_us(FloorVariant v, int replays, const FloorConfig& c = {});
+  // Every configuration of floor_configs() checked and timed: the fastest. A floor is only as
+  // low as the best way of streaming tried, so it takes the best of several, as the read
+  // ceiling of gdn ops --perf does.
+  FloorBest best(FloorVariant v, int replays);
 
   uint64_t bytes() const;  // read and written by all steps
   size_t steps() const;

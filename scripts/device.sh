@@ -118,7 +118,7 @@ for s in "${steps[@]}"; do
     smbw) run_step smbw "$bin/bench/sm_bw_lab" ;;
     icache) run_step icache "$bin/bench/icache_lab" ;;
     sync) run_step sync "$bin/bench/sync_lab" ;;
-    floor) run_step floor "$bin/src/app/gdn" bench --floor -r 3 --rounds 2 ;;
+    floor) run_step floor "$bin/src/app/gdn" bench --floor -r 3 --rounds 2 -v ;;
     floorbase) run_step floorbase "$bin/src/app/gdn" bench --floor -r 3 --rounds 2 --rungs graphs ;;
     floortests) run_step floortests "$bin/tests/test_cuda_backend" --gtest_filter='CudaFloor.*' ;;
     # Caches left warm (--cache-control none) and a launch from the lab's timing loop, as in a

@@ -68,8 +68,9 @@ __device__ __forceinline__ unsigned fold(uint4 q) {
 
 template <int kThreads>
 __device__ void step_body(const Chain& c, const StepDev& st, int step) {
-  const float* x = c.x[step & 1];
-  float* y = c.x[(step + 1) & 1];
+  // Selected, not indexed: a parameter array indexed at run time is copied to the stack.
+  const float* x = (step & 1) ? c.x[1] : c.x[0];
+  float* y = (step & 1) ? c.x[0] : c.x[1];
   float xs = 0.0f;
   if (st.all_x) {
     for (int i = threadIdx.x; i < c.width; i += kThreads) xs += x[i];

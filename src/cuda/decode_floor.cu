@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "cuda/async_copy.cuh"
 #include "cuda/check.h"
 #include "cuda/decode_floor.h"
 #include "cuda/device.h"
@@ -47,8 +48,12 @@ struct Chain {
   unsigned* arrivals;  // the flag barrier's counter (zero at launch)
 };
 
+// A rotation, so S steps of it are one: perm^S(i) = (i + S * perm_shift(width)) % width.
+__host__ __device__ inline int perm_shift(int width) {
+  return width / 2 + 17;
+}
 __host__ __device__ inline int perm(int i, int width) {
-  return (i + width / 2 + 17) % width;
+  return (i + perm_shift(width)) % width;
 }
 
 __device__ uint4* share_of(const Chain& c, const StepDev& st) {
@@ -127,10 +132,8 @@ __device__ void flag_barrier(unsigned* arrivals, unsigned target) {
   __syncthreads();
   if (threadIdx.x == 0) {
     asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(arrivals) : "memory");
-    unsigned seen = 0;
-    do {
-      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(arrivals) : "memory");
-    } while (seen < target);
+    while (mm::ld_acquire(arrivals) < target) {
+    }
   }
   __syncthreads();
 }
@@ -314,10 +317,10 @@ void FloorChain::check(FloorVariant v, const FloorConfig& c) {
   std::vector<float> y(t.x0.size());
   CUDA_CHECK(cudaMemcpy(y.data(), t.chain.x[n_steps % 2], sizeof(float) * y.size(),
                         cudaMemcpyDeviceToHost));
+  const uint64_t shift = uint64_t(n_steps) * uint64_t(perm_shift(width));
   for (int i = 0; i < width; ++i) {
-    int j = i;
-    for (int s = 0; s < n_steps; ++s) j = perm(j, width);
-    const float want = t.x0[static_cast<size_t>(j)] + float(n_steps);
+    const size_t j = (uint64_t(i) + shift) % uint64_t(width);
+    const float want = t.x0[j] + float(n_steps);
     if (y[static_cast<size_t>(i)] != want) {
       fail("decode floor, {} ({}): after {} steps y[{}] = {}, want {}", floor_variant_name(v),
            describe(c), n_steps, i, y[static_cast<size_t>(i)], want);

@@ -1,6 +1,7 @@
 // The decode floor: how long a chain of dependent decode steps takes when no step does any
-// arithmetic. Each step still waits for the one before, reads the whole residual-width vector
-// (as every GEMV CTA stages all of x), streams its bytes once over the grid (weights; a state
+// arithmetic. Each step still waits for the one before, reads the residual-width vector (all of
+// it in every CTA of a GEMV step, as every GEMV CTA stages all of x; elsewhere only what its
+// share of the next vector comes from), streams its bytes once over the grid (weights; a state
 // it reads and writes back) and writes its share of the next vector. Run as a kernel per step
 // (PDL launches in one graph: the executor's structure) or as one persistent kernel with a
 // grid barrier per step (the megakernel's), it is the time that structure costs before any

@@ -5,7 +5,8 @@
 # [bench/chain_lab, the persistent GEMV chain], smbw [bench/sm_bw_lab, the DRAM bandwidth of G SMs],
 # icache [bench/icache_lab, what cold code costs], sync [bench/sync_lab, the step boundary's
 # price], floor and floorbase [gdn bench --floor: the decode with no arithmetic, all exact rungs /
-# baseline + graphs], floortests [its GPU test], ncu [the one-launch GEMV's stall reasons per SASS
+# baseline + graphs], floorfold [the same with each recurrence and attention folded into the
+# GEMV before it], floortests [its GPU test], ncu [the one-launch GEMV's stall reasons per SASS
 # line], ncudecode [the same in decode steps], ncurecurrence [the same for the GDN recurrence in
 # decode steps], ncuattention [and for attention], ncuchain [the same for the chain kernel], profile
 # [every kernel's time in decode steps, one at a time under ncu], prefillprofile [the same for pp512
@@ -120,6 +121,8 @@ for s in "${steps[@]}"; do
     sync) run_step sync "$bin/bench/sync_lab" ;;
     floor) run_step floor "$bin/src/app/gdn" bench --floor -r 3 --rounds 2 -v ;;
     floorbase) run_step floorbase "$bin/src/app/gdn" bench --floor -r 3 --rounds 2 --rungs graphs ;;
+    floorfold) run_step floorfold "$bin/src/app/gdn" bench --floor -r 3 --rounds 2 \
+      --floor-fold gdn_recurrence,attention ;;
     floortests) run_step floortests "$bin/tests/test_cuda_backend" --gtest_filter='CudaFloor.*' ;;
     # Caches left warm (--cache-control none) and a launch from the lab's timing loop, as in a
     # decode step: ${NCU_SKIP:-40} launches of the kernel skipped first (past the checks and the

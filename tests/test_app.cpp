@@ -449,6 +449,16 @@ TEST(Bench, FloorOnTheCpuIsRefusedWithTheReason) {
       << r.err;
 }
 
+// --floor-fold names the op it does not know, and means nothing without --floor.
+TEST(Bench, FloorFoldRefusesAnUnknownOpAndNeedsFloor) {
+  Result r = bench_tiny({"--floor", "--floor-fold", "gdn_recurrence,atention"});
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("unknown op 'atention'"), std::string::npos) << r.err;
+  r = bench_tiny({"--floor-fold", "gdn_recurrence"});
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("--floor-fold prices a structure for --floor"), std::string::npos) << r.err;
+}
+
 // The ladder issue's contract: `gdn bench --help` names every rung.
 TEST(Bench, HelpListsEveryRung) {
   const Result r = gdn({"bench", "--help"});

@@ -250,6 +250,65 @@ TEST(Program, StepTrafficIsTheWeightsAndTheStateMoves) {
   }
 }
 
+// gdn bench --floor's steps: every step but the embedding, each with its own traffic; folding
+// an op moves each of its steps' bytes into the step before, so the steps drop by their count
+// and the bytes per token stay.
+TEST(Program, FloorSpecFoldsTheNamedOpsIntoTheStepBefore) {
+  auto m = tiny(quant::Type::Q8_0);
+  const model::Program p = model::build_forward(m->model, 1, false);
+  const auto count = [&](model::Op op) {
+    return std::ranges::count_if(p.steps, [&](const model::Step& s) { return s.op == op; });
+  };
+  const auto bytes = [](const std::vector<model::FloorStepSpec>& spec) {
+    uint64_t b = 0;
+    for (const auto& s : spec) b += s.traffic.read + s.traffic.write;
+    return b;
+  };
+  const auto plain = model::floor_spec(p);
+  ASSERT_EQ(plain.size(), p.steps.size() - size_t(count(model::Op::Embed)));
+  uint64_t traffic = 0;
+  for (const model::Step& s : p.steps) {
+    const model::StepTraffic t = model::step_traffic(p, s);
+    traffic += t.read + t.write;
+  }
+  EXPECT_EQ(bytes(plain), traffic);
+
+  const std::vector<model::Op> fold = {model::Op::GdnRecurrence, model::Op::Attention};
+  const auto folded = model::floor_spec(p, fold);
+  ASSERT_GT(count(model::Op::GdnRecurrence), 0);
+  ASSERT_GT(count(model::Op::Attention), 0);
+  EXPECT_EQ(folded.size(),
+            plain.size() - size_t(count(model::Op::GdnRecurrence) + count(model::Op::Attention)));
+  EXPECT_EQ(bytes(folded), bytes(plain));
+  // The first recurrence lands in the step before it, with its state read and written there.
+  // Only step 0 is an embedding, so p.steps[i] is plain[i - 1].
+  ASSERT_EQ(count(model::Op::Embed), 1);
+  const auto first = std::ranges::find_if(
+      p.steps, [](const model::Step& s) { return s.op == model::Op::GdnRecurrence; });
+  const size_t before = size_t(first - p.steps.begin()) - 2;
+  const model::StepTraffic rec = model::step_traffic(p, *first);
+  ASSERT_GT(rec.write, 0u);
+  EXPECT_EQ(folded[before].traffic.read, plain[before].traffic.read + rec.read);
+  EXPECT_EQ(folded[before].traffic.write, plain[before].traffic.write + rec.write);
+  EXPECT_TRUE(folded[before].gemv);  // the qkv GEMV it follows
+  EXPECT_EQ(model::floor_spec(p, {model::Op::Null}).size(), plain.size());  // none to fold
+}
+
+TEST(Program, OpNamesRoundTripAndAnUnknownOneIsRefusedByName) {
+  for (int i = 0; i < model::kOpCount; ++i) {
+    const auto op = static_cast<model::Op>(i);
+    EXPECT_EQ(model::op_from_name(model::op_name(op)), op) << model::op_name(op);
+  }
+  try {
+    model::op_from_name("gdn_recurence");
+    FAIL() << "an unknown op name was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown op 'gdn_recurence'"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("gdn_recurrence"), std::string::npos) << e.what();
+  }
+}
+
 // A step's kind names what it does without its layer, so the same work in every layer sums
 // into one row of gdn bench --timeline.
 TEST(Program, StepKindsNameTheWorkNotTheLayer) {

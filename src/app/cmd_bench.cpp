@@ -36,6 +36,7 @@ struct BenchArgs {
   bool verbose = false;
   bool timeline = false;
   bool floor = false;
+  std::vector<std::string> floor_fold;  // op names folded into the step before (--floor-fold)
 };
 
 // One configuration of the executor: a set of rungs and a count of injected empty dispatches.
@@ -277,18 +278,27 @@ int run_timeline(runtime::Executor& ex, const BenchArgs& a, int64_t n_vocab, dou
   return 0;
 }
 
+#ifdef GDN_HAVE_CUDA
+// ", each gdn_recurrence folded into the step before": what --floor-fold changed, or nothing.
+std::string fold_label(const std::vector<model::Op>& fold) {
+  if (fold.empty()) return "";
+  std::string ops;
+  for (model::Op op : fold) ops += fmt::format("{}{}", ops.empty() ? "" : ", ", model::op_name(op));
+  return fmt::format(", each {} folded into the step before", ops);
+}
+#endif
+
 // --floor: the decode program's steps with no arithmetic (cuda/decode_floor.h), each still
 // waiting for the one before, reading the residual vector (all of it in every CTA of a GEMV)
 // and streaming its step_traffic, in each step structure: the time a token cannot go below
 // without changing the structure.
-int run_floor(const model::Model& m, model::Rungs rungs, const BenchArgs& a, double roofline_bw) {
+int run_floor(const model::Model& m, model::Rungs rungs, const std::vector<model::Op>& fold,
+              const BenchArgs& a, double roofline_bw) {
 #ifdef GDN_HAVE_CUDA
   const model::Program p = model::build_forward(m, 1, false, {.rungs = rungs});
   std::vector<cuda::FloorStep> steps;
-  for (const model::Step& s : p.steps) {
-    if (s.op == model::Op::Embed || s.op == model::Op::Null) continue;  // a host copy, a probe
-    const model::StepTraffic t = model::step_traffic(p, s);
-    steps.push_back({t.read, t.write, s.op == model::Op::MatMul || s.op == model::Op::MatMulFused});
+  for (const model::FloorStepSpec& s : model::floor_spec(p, fold)) {
+    steps.push_back({s.traffic.read, s.traffic.write, s.gemv});
   }
   cuda::FloorChain chain(std::move(steps), static_cast<int>(m.hp.n_embd));
   const double mb = double(chain.bytes()) / 1e6;
@@ -301,6 +311,7 @@ int run_floor(const model::Model& m, model::Rungs rungs, const BenchArgs& a, dou
          {"best_of", cuda::floor_configs().size()},
          {"config", cuda::describe(b.config)},
          {"us_by_config", b.us_by_config},
+         {"folded", fold_label(fold)},
          {"steps_per_token", chain.steps()},
          {"us_per_token", us},
          {"tok_s", tok_s},
@@ -313,13 +324,13 @@ int run_floor(const model::Model& m, model::Rungs rungs, const BenchArgs& a, dou
     return 0;
   }
   fmt::print(
-      "decode floor, rungs {}: every step of the decode program with no arithmetic (it waits for "
-      "the step before, reads the {}-float residual vector, all of it in every CTA of a GEMV, "
+      "decode floor, rungs {}{}: every step of the decode program with no arithmetic (it waits "
+      "for the step before, reads the {}-float residual vector, all of it in every CTA of a GEMV, "
       "and streams its weights and state once)\n"
       "| structure | fastest of {} | steps/token | µs/token | tok/s | MB/token | GB/s | % roofline "
       "|\n"
       "|---|---|---:|---:|---:|---:|---:|---:|\n",
-      model::format_rungs(rungs), m.hp.n_embd, cuda::floor_configs().size());
+      model::format_rungs(rungs), fold_label(fold), m.hp.n_embd, cuda::floor_configs().size());
   for (const auto& r : rows) {
     fmt::print("| {} | {} | {} | {:.1f} | {:.2f} | {:.1f} | {:.1f} | {:.1f}% |\n",
                r["structure"].get<std::string>(), r["config"].get<std::string>(),
@@ -340,7 +351,7 @@ int run_floor(const model::Model& m, model::Rungs rungs, const BenchArgs& a, dou
   }
   return 0;
 #else
-  (void)m, (void)rungs, (void)a, (void)roofline_bw;
+  (void)m, (void)rungs, (void)fold, (void)a, (void)roofline_bw;
   fail("--floor: this gdn was built without the CUDA backend");
 #endif
 }
@@ -425,6 +436,9 @@ void print_dispatches(const std::vector<Config>& configs, const std::vector<Test
 int run_bench(const BenchArgs& a) {
   // The main job: with no model given, a synthetic Bonsai-27B Q1_0 on a GPU, tiny on a CPU.
   const std::string backend = runtime::resolve_backend(a.model.backend);
+  std::vector<model::Op> fold;
+  for (const std::string& name : a.floor_fold) fold.push_back(model::op_from_name(name));
+  if (!fold.empty() && !a.floor) fail("--floor-fold prices a structure for --floor: add --floor");
   if (a.floor && backend != "cuda")
     fail("--floor runs on the GPU (the {} backend was chosen)", backend);
   LoadedModel lm = load_model(a.model, backend == "cuda" ? "bonsai-27b" : "tiny");
@@ -439,7 +453,7 @@ int run_bench(const BenchArgs& a) {
     return run_null_dispatches(ex, a, V);
   }
   if (a.timeline) return run_timeline(ex, a, V, roofline_bw);
-  if (a.floor) return run_floor(*lm.model, ex.rungs(), a, roofline_bw);
+  if (a.floor) return run_floor(*lm.model, ex.rungs(), fold, a, roofline_bw);
   std::vector<Test> tests;
   if (a.n_prompt > 0) tests.push_back({fmt::format("pp{}", a.n_prompt), true, a.n_prompt});
   if (a.n_gen > 0) tests.push_back({fmt::format("tg{}", a.n_gen), false, a.n_gen});
@@ -489,6 +503,11 @@ Run add_bench(CLI::App& app) {
                "the decode's floor: every step of the decode program with no arithmetic (waiting "
                "for the step before, reading the residual vector, streaming its weights and "
                "state), as a kernel per step and as one persistent kernel (CUDA)");
+  app.add_option("--floor-fold", a->floor_fold,
+                 "with --floor, price a structure with fewer steps: each step of these ops "
+                 "(comma list of op names, e.g. gdn_recurrence,attention) folded into the step "
+                 "before it, its bytes streamed behind that step's wait")
+      ->delimiter(',');
   return [a] { return run_bench(*a); };
 }
 

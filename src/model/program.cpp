@@ -65,6 +65,16 @@ const char* op_name(Op op) {
   return "?";
 }
 
+Op op_from_name(std::string_view name) {
+  std::string known;
+  for (int i = 0; i < kOpCount; ++i) {
+    const Op op = static_cast<Op>(i);
+    if (name == op_name(op)) return op;
+    known += fmt::format("{}{}", i ? ", " : "", op_name(op));
+  }
+  fail("unknown op '{}' (ops: {})", name, known);
+}
+
 int Step::n_mats() const {
   int n = 0;
   while (n < static_cast<int>(mats.size()) && mats[static_cast<size_t>(n)]) ++n;
@@ -150,6 +160,23 @@ StepTraffic step_traffic(const Program& p, const Step& s) {
     t.write += s.state_out_slot ? slot : work;
   }
   return t;
+}
+
+std::vector<FloorStepSpec> floor_spec(const Program& p, const std::vector<Op>& fold) {
+  std::vector<FloorStepSpec> out;
+  for (const Step& s : p.steps) {
+    if (s.op == Op::Embed || s.op == Op::Null) continue;
+    const StepTraffic t = step_traffic(p, s);
+    const bool gemv = s.op == Op::MatMul || s.op == Op::MatMulFused;
+    if (!out.empty() && std::ranges::find(fold, s.op) != fold.end()) {
+      out.back().traffic.read += t.read;
+      out.back().traffic.write += t.write;
+      out.back().gemv = out.back().gemv || gemv;
+    } else {
+      out.push_back({t, gemv});
+    }
+  }
+  return out;
 }
 
 namespace {

@@ -10,6 +10,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/fusion.h"
@@ -48,6 +49,8 @@ enum class Op : uint8_t {
 };
 inline constexpr int kOpCount = static_cast<int>(Op::Null) + 1;
 const char* op_name(Op op);
+// The op named by op_name; an unknown name throws gdn::Error naming it and every known one.
+Op op_from_name(std::string_view name);
 
 // A column range of a buffer: rows are the buffer's rows, row stride its cols.
 struct View {
@@ -137,6 +140,17 @@ struct StepTraffic {
   uint64_t write = 0;
 };
 StepTraffic step_traffic(const Program& p, const Step& s);
+
+// A decode's steps as gdn bench --floor prices them: what each streams, and whether every CTA
+// reads all of x (a GEMV) or only its share's sources. Each step whose op is in `fold` is folded
+// into the step before it: the structure of a kernel that would do both behind one wait (the
+// recurrence inside its qkv GEMV's CTAs, say), priced before anyone builds it. Embeddings and
+// null probes are left out (a host copy, an empty kernel).
+struct FloorStepSpec {
+  StepTraffic traffic;
+  bool gemv = false;
+};
+std::vector<FloorStepSpec> floor_spec(const Program& p, const std::vector<Op>& fold = {});
 
 struct Program {
   int64_t n_tokens = 0;

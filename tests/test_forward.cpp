@@ -291,6 +291,8 @@ TEST(Program, FloorSpecFoldsTheNamedOpsIntoTheStepBefore) {
   EXPECT_EQ(folded[before].traffic.read, plain[before].traffic.read + rec.read);
   EXPECT_EQ(folded[before].traffic.write, plain[before].traffic.write + rec.write);
   EXPECT_TRUE(folded[before].gemv);  // the qkv GEMV it follows
+  EXPECT_EQ(plain[before].kind, model::step_kind(*(first - 1)));
+  EXPECT_EQ(folded[before].kind, plain[before].kind + " + " + model::step_kind(*first));
   EXPECT_EQ(model::floor_spec(p, {model::Op::Null}).size(), plain.size());  // none to fold
 }
 

@@ -286,6 +286,33 @@ std::string fold_label(const std::vector<model::Op>& fold) {
   for (model::Op op : fold) ops += fmt::format("{}{}", ops.empty() ? "" : ", ", model::op_name(op));
   return fmt::format(", each {} folded into the step before", ops);
 }
+
+// -v: each step kind's floor alone in the decode's structure (kernels exclusive): a chain of
+// that kind's steps, repeated to at least 32 so that the graph's own launch is spread thin. Set
+// beside gdn bench --timeline's µs/step of the same kinds, it says which kernels stand furthest
+// from what their bytes and their wait cost.
+void print_kind_floors(const std::vector<model::FloorStepSpec>& spec, int width, int replays) {
+  std::vector<std::string> kinds;  // in decode order
+  for (const auto& s : spec) {
+    if (std::ranges::find(kinds, s.kind) == kinds.end()) kinds.push_back(s.kind);
+  }
+  fmt::print(
+      "\nfloor by step kind (kernels, exclusive; a chain of the kind's steps alone):\n"
+      "| step kind | steps/token | MB/step | floor µs/step | floor µs/token |\n"
+      "|---|---:|---:|---:|---:|\n");
+  for (const std::string& kind : kinds) {
+    std::vector<cuda::FloorStep> own;
+    for (const auto& s : spec) {
+      if (s.kind == kind) own.push_back({s.traffic.read, s.traffic.write, s.gemv});
+    }
+    const size_t per_token = own.size();
+    for (size_t i = 0; own.size() < 32; ++i) own.push_back(own[i]);
+    cuda::FloorChain chain(own, width);
+    const double us = chain.best(cuda::FloorVariant::KernelsExclusive, replays).us / own.size();
+    fmt::print("| {} | {} | {:.2f} | {:.2f} | {:.1f} |\n", kind, per_token,
+               double(chain.bytes()) / own.size() / 1e6, us, us * per_token);
+  }
+}
 #endif
 
 // --floor: the decode program's steps with no arithmetic (cuda/decode_floor.h), each still
@@ -296,8 +323,9 @@ int run_floor(const model::Model& m, model::Rungs rungs, const std::vector<model
               const BenchArgs& a, double roofline_bw) {
 #ifdef GDN_HAVE_CUDA
   const model::Program p = model::build_forward(m, 1, false, {.rungs = rungs});
+  const std::vector<model::FloorStepSpec> spec = model::floor_spec(p, fold);
   std::vector<cuda::FloorStep> steps;
-  for (const model::FloorStepSpec& s : model::floor_spec(p, fold)) {
+  for (const model::FloorStepSpec& s : spec) {
     steps.push_back({s.traffic.read, s.traffic.write, s.gemv});
   }
   cuda::FloorChain chain(std::move(steps), static_cast<int>(m.hp.n_embd));
@@ -348,6 +376,7 @@ int run_floor(const model::Model& m, model::Rungs rungs, const std::vector<model
                    cuda::describe(configs[i]), us[i]);
       }
     }
+    print_kind_floors(spec, static_cast<int>(m.hp.n_embd), std::max(5, a.reps * a.rounds));
   }
   return 0;
 #else
@@ -494,7 +523,8 @@ Run add_bench(CLI::App& app) {
       ->delimiter(',');
   app.add_flag(
       "-v,--verbose", a->verbose,
-      "dispatches per token by op kind; with --floor, every streaming configuration's time");
+      "dispatches per token by op kind; with --floor, every streaming configuration's time "
+      "and each step kind's floor alone");
   app.add_flag("--timeline", a->timeline,
                "where a decode token's time goes: every kernel stamps the GPU clock as it "
                "starts, time summed by step kind over -n tokens, with each kind's weight bytes, "

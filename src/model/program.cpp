@@ -169,11 +169,13 @@ std::vector<FloorStepSpec> floor_spec(const Program& p, const std::vector<Op>& f
     const StepTraffic t = step_traffic(p, s);
     const bool gemv = s.op == Op::MatMul || s.op == Op::MatMulFused;
     if (!out.empty() && std::ranges::find(fold, s.op) != fold.end()) {
-      out.back().traffic.read += t.read;
-      out.back().traffic.write += t.write;
-      out.back().gemv = out.back().gemv || gemv;
+      FloorStepSpec& into = out.back();
+      into.traffic.read += t.read;
+      into.traffic.write += t.write;
+      into.gemv = into.gemv || gemv;
+      into.kind += " + " + step_kind(s);
     } else {
-      out.push_back({t, gemv});
+      out.push_back({t, gemv, step_kind(s)});
     }
   }
   return out;

@@ -149,6 +149,7 @@ StepTraffic step_traffic(const Program& p, const Step& s);
 struct FloorStepSpec {
   StepTraffic traffic;
   bool gemv = false;
+  std::string kind;  // step_kind, folded steps' kinds joined by " + "
 };
 std::vector<FloorStepSpec> floor_spec(const Program& p, const std::vector<Op>& fold = {});
 

@@ -122,7 +122,7 @@ for s in "${steps[@]}"; do
     floor) run_step floor "$bin/src/app/gdn" bench --floor -r 3 --rounds 2 -v ;;
     floorbase) run_step floorbase "$bin/src/app/gdn" bench --floor -r 3 --rounds 2 --rungs graphs ;;
     floorfold) run_step floorfold "$bin/src/app/gdn" bench --floor -r 3 --rounds 2 \
-      --floor-fold gdn_recurrence,attention ;;
+      --floor-fold gdn_recurrence,attention -v ;;
     floortests) run_step floortests "$bin/tests/test_cuda_backend" --gtest_filter='CudaFloor.*' ;;
     # Caches left warm (--cache-control none) and a launch from the lab's timing loop, as in a
     # decode step: ${NCU_SKIP:-40} launches of the kernel skipped first (past the checks and the

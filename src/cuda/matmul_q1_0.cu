@@ -855,8 +855,11 @@ struct GemvCta {
   // matrices half each). One thread does it once:
   // asked per step by every warp, the same requests cost instructions on all 15 warps, in a
   // kernel about half bound by instruction issue (ncu, H200: ~0.5 issued per scheduler-cycle).
-  // Not all of its weights: the decode floor streams fastest with 64 KB of a CTA's share
-  // asked ahead, 4% faster than with all of it (gdn bench --floor -v, H100, 2026-12-07).
+  // Not all of its weights: the CTA enters while the kernel before it still streams, and its
+  // whole share asked then slowed that kernel (all exact rungs, H100, 2026-12-07: 64 KB,
+  // tg128 365 -> 376; 32 KB the same; the decode floor streams fastest with 64 KB too). Nor
+  // the rest later: asked right after the wait or after the prologue, it slowed this GEMV
+  // itself (tg128 376 -> 354 / 357): the warps' own loads keep up with DRAM better.
   static constexpr uint32_t kL2AheadBytes = 64u << 10;
   struct L2Ask {
     uint32_t left;

@@ -869,7 +869,7 @@ struct GemvCta {
       left -= n;
     }
   };
-  __device__ void prefetch_all() const {
+  __device__ void prefetch_ahead() const {
     if (threadIdx.x != 0) return;
     const int stride = gridDim.x * a.teams;
     const uint32_t tile_bits = uint32_t(a.n_quads) * 1024u,
@@ -1206,7 +1206,7 @@ __global__ void __launch_bounds__(32 * gemv_max_warps(kQ))
   GemvStep st = c.first_step();
   load(st, buf0);
   if (a.fold_rows[1] > 0) c.stage_fold_chunk();
-  c.prefetch_all();
+  c.prefetch_ahead();
   prologue_prefetch_constants(a.pro);
   c.stamp(kTraceEntry);
   pdl_launch_dependents();  // the next kernel may start its own weight loads

@@ -559,6 +559,27 @@ TEST(CudaTiming, CopyBandwidthAndReadCeilingsArePlausible) {
   CUDA_CHECK(cudaStreamDestroy(s));
 }
 
+// The event timer under every GPU timing: prepare runs before each warm-up and timed run, a
+// run moving 32 times the bytes takes longer, and no runs at all is refused.
+TEST(CudaTiming, MedianEventTimerPreparesEachRunAndGrowsWithTheWork) {
+  REQUIRE_GPU();
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreate(&s));
+  cuda::DeviceBuffer buf(size_t(256) << 20);
+  int prepared = 0;
+  const auto fill = [&](size_t bytes) {
+    return cuda::median_event_us(
+        s, 2, 5, [&] { CUDA_CHECK(cudaMemsetAsync(buf.get(), 7, bytes, s)); }, [&] { ++prepared; });
+  };
+  const double small = fill(size_t(8) << 20), large = fill(buf.bytes());
+  EXPECT_EQ(prepared, 2 * (2 + 5));
+  EXPECT_GT(small, 0.0);
+  EXPECT_GT(large, small);
+  EXPECT_NE(error_of([&] { cuda::median_event_us(s, 0, 0, [] {}); }).find("0 runs"),
+            std::string::npos);
+  CUDA_CHECK(cudaStreamDestroy(s));
+}
+
 // The decode floor (gdn bench --floor): every variant passes its own exact check on steps of
 // mixed sizes (none, a state written back, more than a CTA's prefetch cap), its chain takes
 // longer with more bytes, the best of the streaming configurations is the fastest of them, and

@@ -287,6 +287,10 @@ std::string fold_label(const std::vector<model::Op>& fold) {
   return fmt::format(", each {} folded into the step before", ops);
 }
 
+cuda::FloorStep floor_step(const model::FloorStepSpec& s) {
+  return {s.traffic.read, s.traffic.write, s.gemv};
+}
+
 // -v: each step kind's floor alone in the decode's structure (kernels exclusive): a chain of
 // that kind's steps, repeated to at least 32 so that the graph's own launch is spread thin. Set
 // beside gdn bench --timeline's µs/step of the same kinds, it says which kernels stand furthest
@@ -303,7 +307,7 @@ void print_kind_floors(const std::vector<model::FloorStepSpec>& spec, int width,
   for (const std::string& kind : kinds) {
     std::vector<cuda::FloorStep> own;
     for (const auto& s : spec) {
-      if (s.kind == kind) own.push_back({s.traffic.read, s.traffic.write, s.gemv});
+      if (s.kind == kind) own.push_back(floor_step(s));
     }
     const size_t per_token = own.size();
     for (size_t i = 0; own.size() < 32; ++i) own.push_back(own[i]);
@@ -325,9 +329,7 @@ int run_floor(const model::Model& m, model::Rungs rungs, const std::vector<model
   const model::Program p = model::build_forward(m, 1, false, {.rungs = rungs});
   const std::vector<model::FloorStepSpec> spec = model::floor_spec(p, fold);
   std::vector<cuda::FloorStep> steps;
-  for (const model::FloorStepSpec& s : spec) {
-    steps.push_back({s.traffic.read, s.traffic.write, s.gemv});
-  }
+  for (const model::FloorStepSpec& s : spec) steps.push_back(floor_step(s));
   cuda::FloorChain chain(std::move(steps), static_cast<int>(m.hp.n_embd));
   const double mb = double(chain.bytes()) / 1e6;
   nlohmann::json rows = nlohmann::json::array();

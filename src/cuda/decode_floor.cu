@@ -336,24 +336,9 @@ double FloorChain::chain_us(FloorVariant v, int replays, const FloorConfig& c) {
     return n_steps * graph_us(
                          t.s, [&](int step) { t.launch_step(v, step); }, n_steps, replays);
   }
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<double> us;
-  for (int r = 0; r < replays + 2; ++r) {
-    t.reset();
-    CUDA_CHECK(cudaEventRecord(a, t.s));
-    t.launch_persistent(v);
-    CUDA_CHECK(cudaEventRecord(b, t.s));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    if (r >= 2) us.push_back(1e3 * ms);  // two warm-up runs
-  }
-  CUDA_CHECK(cudaEventDestroy(a));
-  CUDA_CHECK(cudaEventDestroy(b));
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
+  // Two warm-up runs; the vector and the barrier's counter reset before each, untimed.
+  return median_event_us(
+      t.s, 2, replays, [&] { t.launch_persistent(v); }, [&] { t.reset(); });
 }
 
 FloorBest FloorChain::best(FloorVariant v, int replays) {

@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/error.h"
 #include "cuda/check.h"
 #include "cuda/device.h"
 
@@ -38,27 +39,38 @@ int sm_count() {
   return n;
 }
 
-double measure_copy_bandwidth(cudaStream_t s) {
-  const size_t bytes = size_t(1) << 30;
-  DeviceBuffer a(bytes), b(bytes);
-  CUDA_CHECK(cudaMemsetAsync(a.get(), 1, bytes, s));
+double median_event_us(cudaStream_t s, int warmups, int runs, const std::function<void()>& run,
+                       const std::function<void()>& prepare) {
+  if (runs < 1) fail("median_event_us: {} runs (at least 1)", runs);
   cudaEvent_t start, stop;
   CUDA_CHECK(cudaEventCreate(&start));
   CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<double> secs;
-  for (int r = 0; r < 8; ++r) {
+  std::vector<double> us;
+  for (int r = 0; r < warmups + runs; ++r) {
+    if (prepare) prepare();
     CUDA_CHECK(cudaEventRecord(start, s));
-    CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, s));
+    run();
     CUDA_CHECK(cudaEventRecord(stop, s));
     CUDA_CHECK(cudaEventSynchronize(stop));
     float ms = 0;
     CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    if (r >= 2) secs.push_back(ms * 1e-3);  // the first copies warm up clocks and TLBs
+    if (r >= warmups) us.push_back(1e3 * ms);
   }
   CUDA_CHECK(cudaEventDestroy(start));
   CUDA_CHECK(cudaEventDestroy(stop));
-  std::sort(secs.begin(), secs.end());
-  return 2.0 * double(bytes) / secs[secs.size() / 2];
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+double measure_copy_bandwidth(cudaStream_t s) {
+  const size_t bytes = size_t(1) << 30;
+  DeviceBuffer a(bytes), b(bytes);
+  CUDA_CHECK(cudaMemsetAsync(a.get(), 1, bytes, s));
+  // The first copies warm up clocks and TLBs.
+  const double us = median_event_us(s, 2, 6, [&] {
+    CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, s));
+  });
+  return 2.0 * double(bytes) / (us * 1e-6);
 }
 
 template <Memory M>

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <functional>
 #include <string>
 
 namespace gdn::cuda {
@@ -16,6 +17,12 @@ std::string describe_device();
 // The current device's multiprocessor count, read once per device (launch shapes adapt to
 // it; no SM count is hard-coded). Safe during stream capture: it is not a stream operation.
 int sm_count();
+
+// Median microseconds of `run` on stream s, timed by events around it, over `runs` runs after
+// `warmups` untimed ones; `prepare` (may be empty) runs before each, outside the timed span.
+// Both must only enqueue work on s.
+double median_event_us(cudaStream_t s, int warmups, int runs, const std::function<void()>& run,
+                       const std::function<void()>& prepare = {});
 
 // Device-to-device copy bandwidth in bytes/s, read + write counted (1 GiB copies, median):
 // the roofline every speed is reported against.

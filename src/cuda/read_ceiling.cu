@@ -53,26 +53,11 @@ double graph_us(cudaStream_t s, const std::function<void(int)>& launch, int laun
   for (int i = 0; i < launches; ++i) launch(i);
   CUDA_CHECK(cudaStreamEndCapture(s, &graph));
   CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t start, stop;
-  CUDA_CHECK(cudaEventCreate(&start));
-  CUDA_CHECK(cudaEventCreate(&stop));
-  for (int w = 0; w < 3; ++w) CUDA_CHECK(cudaGraphLaunch(exec, s));
-  std::vector<double> us;
-  for (int r = 0; r < replays; ++r) {
-    CUDA_CHECK(cudaEventRecord(start, s));
-    CUDA_CHECK(cudaGraphLaunch(exec, s));
-    CUDA_CHECK(cudaEventRecord(stop, s));
-    CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    us.push_back(1e3 * ms / launches);
-  }
-  CUDA_CHECK(cudaEventDestroy(start));
-  CUDA_CHECK(cudaEventDestroy(stop));
+  const double us =
+      median_event_us(s, 3, replays, [&] { CUDA_CHECK(cudaGraphLaunch(exec, s)); }) / launches;
   CUDA_CHECK(cudaGraphExecDestroy(exec));
   CUDA_CHECK(cudaGraphDestroy(graph));
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
+  return us;
 }
 
 ReadCeiling measure_read_ceiling(double bytes, cudaStream_t s) {

@@ -1106,15 +1106,14 @@ struct GemvCta {
     }
   }
 
-  // Codes out: after its last own slot every warp arrives; warp 0 waits for all,
-  // then quantises the CTA's own blocks from `stage` (the rows' outputs, in the staging
-  // layout) with quantize_eighths, as the consumer's prologue would, into act_out / meta_out.
-  // No GPU-wide round trip: the consumer's pdl_wait orders the codes.
+  // Codes out: after its last own slot every other warp arrives (GemvCta::process); warp 0,
+  // past its slot loop, waits for all, then quantises the CTA's own blocks from `stage` (the
+  // rows' outputs, in the staging layout) with quantize_eighths, as the consumer's prologue
+  // would, into act_out / meta_out. No GPU-wide round trip: the consumer's pdl_wait orders the
+  // codes. After the loop, not in it: there its quantiser was 454 of the loop's 1519
+  // instructions (scripts/bmma_regs.py), code that every step of every GEMV jumped over.
   __device__ void hand_off_codes() {
-    if (warp != 0) {
-      bar_arrive(kCodesBarrier, blockDim.x);
-      return;
-    }
+    if (warp != 0 || a.own_rounds == 0) return;
     bar_sync(kCodesBarrier, blockDim.x);
     const int n = a.own_blocks * 16, u_base = static_cast<int>(blockIdx.x) * n;
     for (int u0 = 0; u0 < n; u0 += 32) {
@@ -1174,7 +1173,7 @@ struct GemvCta {
         }
       }
     }
-    if (slots_done + 1 == a.own_rounds) hand_off_codes();
+    if (slots_done + 1 == a.own_rounds && warp != 0) bar_arrive(kCodesBarrier, blockDim.x);
     stamp_slot(kTraceStored);
     ++slots_done;
     parity ^= 1;
@@ -1241,6 +1240,7 @@ __global__ void __launch_bounds__(32 * gemv_max_warps(kQ))
     buf0 = buf1;
     st = s1;
   }
+  c.hand_off_codes();
   c.stamp(kGemvTraceEvents - 1);
 }
 

@@ -633,7 +633,10 @@ __global__ void __launch_bounds__(kQuantizeBlocks * 16)
 //    13.82 -> 16.43 µs, the qkv step 9.57 -> 10.64, q+k+v 8.14 -> 10.11, tg128 332 against 365.
 //    No Bonsai GEMV has a slot for every warp (gate+up's 1088 pair slots on 2640 warps), so 41%
 //    of the warps each walked one slot's 5 chunks (10 for a pair) in turn while the rest idled,
-//    where a team's critical path is 2-3 rounds of one slot's share.
+//    where a team's critical path is 2-3 rounds of one slot's share;
+//  - (2026-12-07, H100) each warp reading one 64-byte line of the parameters at entry, so that
+//    the constant-cache misses ncu finds in the entry block overlap: gate+up 13.33 -> 14.10 µs,
+//    tg128 376 -> 368. Under PDL the entry runs in the previous kernel's shadow.
 // Seven more registers held across the dots made ptxas spill 12 bytes at its 96 (a slower GEMV
 // everywhere): the conv epilogue's taps travel through shared memory instead.
 //
@@ -859,7 +862,10 @@ struct GemvCta {
   // whole share asked then slowed that kernel (all exact rungs, H100, 2026-12-07: 64 KB,
   // tg128 365 -> 376; 32 KB the same; the decode floor streams fastest with 64 KB too). Nor
   // the rest later: asked right after the wait or after the prologue, it slowed this GEMV
-  // itself (tg128 376 -> 354 / 357): the warps' own loads keep up with DRAM better.
+  // itself (tg128 376 -> 354 / 357): the warps' own loads keep up with DRAM better. Nor more
+  // for one GEMV: ffn_down's whole share (117 KB) asked ahead made gate+up, still running,
+  // 13.19 -> 13.82 µs and ffn_down no faster, tg128 378.5 -> 370-372; gate+up's third-round
+  // pairs asked besides the 64 KB took 0.18 µs off it and nothing off tg128 (H100, 2026-12-07).
   static constexpr uint32_t kL2AheadBytes = 64u << 10;
   struct L2Ask {
     uint32_t left;

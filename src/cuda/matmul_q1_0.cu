@@ -560,8 +560,9 @@ __global__ void __launch_bounds__(kQuantizeBlocks * 16)
 //
 // Every CTA (persistent: at most one per SM while there is work for all of them, so the
 // prologue runs once per SM) does, in order:
-//   1. issues its warps' first step of weight loads into registers and asks L2 for all of its
-//      weights (weights never depend on the previous kernel), then pdl_wait();
+//   1. issues its warps' first step of weight loads into registers and asks L2 for the first
+//      64 KB of its weights (weights never depend on the previous kernel; GemvCta::
+//      prefetch_ahead says why no more), then pdl_wait();
 //   2. the prologue: the norm's sums, then every eighth of a block of p(x) quantised by
 //      quantize_eighths into act / meta in shared memory — the same device code, on the same
 //      floats, as the two-launch path's quantise kernel — from registers (GemvCta::quantise_x's
@@ -1190,10 +1191,11 @@ struct GemvCta {
 
 // The teams kernel. Every CTA (persistent: at most one per SM while there is work for all of
 // them, so the prologue runs once per SM) issues its warps' first step of weight loads into
-// registers and asks L2 for all of its weights (weights never depend on the previous kernel),
-// then pdl_wait(), the prologue, and the product: `teams` teams of `slices` warps,
+// registers and asks L2 for the first 64 KB of its weights (weights never depend on the previous
+// kernel), then pdl_wait(), the prologue, and the product: `teams` teams of `slices` warps,
 // each team striding over slots (a row tile of one matrix; for SiluMulPair a row tile of both,
-// gate then up), the next step's loads issued before the current one is processed.
+// gate then up), the next step's loads issued before the current one is processed; last, with
+// codes out, warp 0's hand-off.
 template <int kQ, bool kTraced>
 __global__ void __launch_bounds__(32 * gemv_max_warps(kQ))
     q1_gemv_kernel(const __grid_constant__ Q1GemvArgs a) {

@@ -11,9 +11,7 @@
 // H200: 8x256 best at 7.4 MB, 4x512 at 4.5 MB), so the ceiling is the best of several.
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <cmath>
-#include <vector>
 
 #include "cuda/check.h"
 #include "cuda/device.h"

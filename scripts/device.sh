@@ -13,7 +13,7 @@
 # prefills], sass, prevsass, altsass [the one-launch GEMV's SASS of gdn, gdn_prev, gdn_alt],
 # timeline and timelinebase [gdn bench --timeline, all exact rungs / baseline + graphs],
 # timelinetests, opsof [OPS="a b": gdn ops --op per name; OPS_PERF=1: with --perf], testsof
-# [GTEST_FILTER="A.*:B.*": those of test_cuda_backend's tests], opsperf, ladder,
+# [TESTS_FILTER="A.*:B.*": those of test_cuda_backend's tests], opsperf, ladder,
 # benchladder, nulls, benchbase [baseline granularity + graphs], tg [tg128 alone], tinytg,
 # prevtinytg and alttinytg [tg128 of the tiny preset: a few µs of host work show], tgctx and
 # timelinectx [the same at CTX="160 256" context bounds], prevbench,
@@ -109,9 +109,11 @@ for s in "${steps[@]}"; do
       >"$out/prefillprofile_table.log" 2>&1 ;;
     opsperf) run_step opsperf "$bin/src/app/gdn" ops --perf ;;
     tests) run_step tests "$bin/tests/test_cuda_backend" ;;
-    # Some GPU tests only (GTEST_FILTER="CudaSlots.*:CudaGraphs.*"), after the binaries are
+    # Some GPU tests only (TESTS_FILTER="CudaSlots.*:CudaGraphs.*"), after the binaries are
     # unpacked: a script that runs the carried test binary itself before any step finds none.
-    testsof) run_step testsof "$bin/tests/test_cuda_backend" --gtest_filter="${GTEST_FILTER:?set GTEST_FILTER}" ;;
+    # Not GTEST_FILTER: every GoogleTest binary reads that, so the ladder step ran no test.
+    testsof) run_step testsof "$bin/tests/test_cuda_backend" \
+      --gtest_filter="${TESTS_FILTER:?set TESTS_FILTER}" ;;
     ladder) run_step ladder "$bin/tests/test_cuda_ladder" ;;
     benchladder) run_step benchladder "$bin/src/app/gdn" bench --ladder -r 2 --rounds 2 -v ;;
     nulls) run_step nulls "$bin/src/app/gdn" bench -p 0 -n 64 -r 2 --rounds 2 \

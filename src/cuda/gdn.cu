@@ -88,6 +88,14 @@
 // with their own device code (send_codes_output, quantise_head). Measured (H200, 2026-12-02,
 // bench/RESULTS.md): ssm_out 8.81 -> 5.40 µs a step, the recurrence 4.45 -> 5.87; with attention's
 // codes out, tg128 325.1 -> 336.7.
+//
+// The state is written every decode token. Never writing it (a timing bound, wrong output)
+// took the recurrence from 5.20 to 4.46 µs and tg128 +2.6% (H100, 2026-12-07). A deferred write
+// that reached the same bits was built in four forms (branch s65-deferred-state-write, deleted):
+// the f32 state written every 4th token, the three tokens between logging their rank-1 update
+// (k, δ, e^g), the next launch replaying the log onto the state it loads. Every form lost 0.4-0.7%
+// tg128; ncu put ~0.3 µs on each replayed entry against ~0.3 saved by a skipped write, an entry's
+// cost that neither its copy nor its ~30 instructions a thread explain (bench/RESULTS.md).
 #include <cooperative_groups.h>
 #include <cuda_pipeline.h>
 

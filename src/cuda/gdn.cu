@@ -94,8 +94,12 @@
 // that reached the same bits was built in four forms (branch s65-deferred-state-write, deleted):
 // the f32 state written every 4th token, the three tokens between logging their rank-1 update
 // (k, δ, e^g), the next launch replaying the log onto the state it loads. Every form lost 0.4-0.7%
-// tg128; ncu put ~0.3 µs on each replayed entry against ~0.3 saved by a skipped write, an entry's
-// cost that neither its copy nor its ~30 instructions a thread explain (bench/RESULTS.md).
+// tg128. ncu: each replayed entry costs ~0.3-0.5 µs, as much as a skipped write saves alone:
+// 73 instructions a warp (8 predicated LDS, FMUL, FFMA and their index checks), ~1700 on each
+// SM's 23 warps, issued at ~0.55 a scheduler-cycle. Even a free replay would have left little:
+// the decode's recurrence took 5.55 µs a step against 5.21, less 1.5 entries a launch at ~0.3
+// is ~5.1, so the logging had already spent most of what the skipped writes saved (an
+// estimate; bench/RESULTS.md has the measurements).
 #include <cooperative_groups.h>
 #include <cuda_pipeline.h>
 

@@ -167,8 +167,10 @@ __device__ __forceinline__ void stage_token(const GdnArgs& a, int64_t t, int h, 
 // its load, not a 64-bit multiply chain: with S[int64_t(i) * d + j] ptxas spent ~14
 // instructions an element, 119 a warp on the load alone of the kernel's ~830 (ncu, H100,
 // 2026-12-07), and the recurrence runs 23 warps an SM at ~0.55 issued a scheduler-cycle.
-// Measured (H100, 2026-12-07, same call): 2.52 M warp instructions a launch (2.82 M on
-// 2026-12-06), the decode's recurrence 5.15 -> 4.71 µs a step, tg128 +0.8%.
+// Measured (H100, 2026-12-07, same call): the decode's recurrence 5.15 -> 4.71 µs a step,
+// tg128 +0.8%. ncu then counted 2.52 M warp instructions a launch, of which the load's and the
+// store's addresses still take ~105 and ~80 a warp (a 64-bit add and shift an element: the sum
+// first + m·stride is widened, not the base hoisted).
 template <class St, int kRows, int kGroups>
 __device__ __forceinline__ void load_state(float (&s)[kRows], const void* state, int64_t head,
                                            int d, int grp, int j, bool col_ok) {

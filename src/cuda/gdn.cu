@@ -162,15 +162,13 @@ __device__ __forceinline__ void stage_token(const GdnArgs& a, int64_t t, int h, 
 }
 
 // This thread's state elements S[grp + kGroups·m][j] of one head, widened to f32 (zero
-// outside the d × d head). Addressed as head + grp·d + j plus m rows of kGroups·d elements,
-// in 32-bit offsets (a head holds at most kMaxD² elements), so that an element costs an add and
-// its load, not a 64-bit multiply chain: with S[int64_t(i) * d + j] ptxas spent ~14
-// instructions an element, 119 a warp on the load alone of the kernel's ~830 (ncu, H100,
-// 2026-12-07), and the recurrence runs 23 warps an SM at ~0.55 issued a scheduler-cycle.
-// Measured (H100, 2026-12-07, same call): the decode's recurrence 5.15 -> 4.71 µs a step,
-// tg128 +0.8%. ncu then counted 2.52 M warp instructions a launch, of which the load's and the
-// store's addresses still take ~105 and ~80 a warp (a 64-bit add and shift an element: the sum
-// first + m·stride is widened, not the base hoisted).
+// outside the d × d head), addressed as grp·d + j + m·kGroups·d in 32-bit offsets from the
+// head (a head holds at most kMaxD² elements) rather than by S[int64_t(i) * d + j]. With the
+// 64-bit index ncu's executed counts put 119 instructions a warp on the load (addresses,
+// predicates and its 8 loads), of the kernel's ~830 (23 warps an SM, issued at ~0.55 a scheduler-cycle); with the offsets ~105
+// on the load and ~80 on the store (H100, 2026-12-07). Measured in one call: the decode's
+// recurrence 5.15 -> 4.71 µs a step, tg128 +0.8%, more than the few dozen instructions a warp
+// saved explain; what else moved in ptxas' schedule was not examined.
 template <class St, int kRows, int kGroups>
 __device__ __forceinline__ void load_state(float (&s)[kRows], const void* state, int64_t head,
                                            int d, int grp, int j, bool col_ok) {

@@ -165,10 +165,10 @@ __device__ __forceinline__ void stage_token(const GdnArgs& a, int64_t t, int h, 
 // outside the d × d head), addressed as grp·d + j + m·kGroups·d in 32-bit offsets from the
 // head (a head holds at most kMaxD² elements) rather than by S[int64_t(i) * d + j]. With the
 // 64-bit index ncu's executed counts put 119 instructions a warp on the load (addresses,
-// predicates and its 8 loads), of the kernel's ~830 (23 warps an SM, issued at ~0.55 a scheduler-cycle); with the offsets ~105
-// on the load and ~80 on the store (H100, 2026-12-07). Measured in one call: the decode's
-// recurrence 5.15 -> 4.71 µs a step, tg128 +0.8%, more than the few dozen instructions a warp
-// saved explain; what else moved in ptxas' schedule was not examined.
+// predicates and its 8 loads), of the kernel's ~830 (23 warps an SM, issued at ~0.55 a
+// scheduler-cycle); with the offsets ~105 on the load and ~80 on the store (H100, 2026-12-07).
+// Measured in one call: the decode's recurrence 5.15 -> 4.71 µs a step, tg128 +0.8%, more than the
+// few dozen instructions a warp saved explain; what else moved in ptxas' schedule was not examined.
 template <class St, int kRows, int kGroups>
 __device__ __forceinline__ void load_state(float (&s)[kRows], const void* state, int64_t head,
                                            int d, int grp, int j, bool col_ok) {

@@ -162,34 +162,36 @@ __device__ __forceinline__ void stage_token(const GdnArgs& a, int64_t t, int h, 
 }
 
 // This thread's state elements S[grp + kGroups·m][j] of one head, widened to f32 (zero
-// outside the d × d head), addressed as grp·d + j + m·kGroups·d in 32-bit offsets from the
-// head (a head holds at most kMaxD² elements) rather than by S[int64_t(i) * d + j]. With the
-// 64-bit index ncu's executed counts put 119 instructions a warp on the load (addresses,
-// predicates and its 8 loads), of the kernel's ~830 (23 warps an SM, issued at ~0.55 a
-// scheduler-cycle); with the offsets ~105 on the load and ~80 on the store (H100, 2026-12-07).
-// Measured in one call: the decode's recurrence 5.15 -> 4.71 µs a step, tg128 +0.8%, more than the
-// few dozen instructions a warp saved explain; what else moved in ptxas' schedule was not examined.
+// outside the d × d head), each row reached by a pointer step of kGroups·d elements from one
+// base (a pointer past the head is formed, never dereferenced). By S[int64_t(i) * d + j],
+// ncu's executed counts put 119 instructions a warp on the load (addresses, predicates and its
+// 8 loads), of the kernel's ~830 (23 warps an SM, issued at ~0.55 a scheduler-cycle); by
+// 32-bit offsets grp·d + j + m·kGroups·d ~105 on the load and ~80 on the store, each element's
+// offset widened and added to the base (H100, 2026-12-07). The offsets measured in one call:
+// the decode's recurrence 5.15 -> 4.71 µs a step, tg128 +0.8%, more than the few dozen
+// instructions a warp saved explain (what else moved in ptxas' schedule was not examined). The
+// pointer step: PTX of gdn_kernel<16, 8, true> 1674 -> 1578 instructions; not yet run on a GPU
+// (predicted: ~110 fewer a warp, the recurrence 4.71 -> 4.3-4.5 µs a step, tg128 +0.4-0.8%).
 template <class St, int kRows, int kGroups>
 __device__ __forceinline__ void load_state(float (&s)[kRows], const void* state, int64_t head,
                                            int d, int grp, int j, bool col_ok) {
-  const typename St::T* S = static_cast<const typename St::T*>(state) + head * d * d;
-  const int first = grp * d + j, stride = kGroups * d;
+  const typename St::T* row =
+      static_cast<const typename St::T*>(state) + head * d * d + grp * d + j;
 #pragma unroll
-  for (int m = 0; m < kRows; ++m) {
+  for (int m = 0; m < kRows; ++m, row += kGroups * d) {
     const int i = grp + kGroups * m;
-    s[m] = col_ok && i < d ? St::load(S[first + m * stride]) : 0.0f;
+    s[m] = col_ok && i < d ? St::load(*row) : 0.0f;
   }
 }
 
 template <class St, int kRows, int kGroups>
 __device__ __forceinline__ void store_state(const float (&s)[kRows], void* state, int64_t head,
                                             int d, int grp, int j, bool col_ok) {
-  typename St::T* S = static_cast<typename St::T*>(state) + head * d * d;
-  const int first = grp * d + j, stride = kGroups * d;
+  typename St::T* row = static_cast<typename St::T*>(state) + head * d * d + grp * d + j;
 #pragma unroll
-  for (int m = 0; m < kRows; ++m) {
+  for (int m = 0; m < kRows; ++m, row += kGroups * d) {
     const int i = grp + kGroups * m;
-    if (col_ok && i < d) S[first + m * stride] = St::store(s[m]);
+    if (col_ok && i < d) *row = St::store(s[m]);
   }
 }
 

@@ -145,15 +145,16 @@ constexpr int kStages = 4;
 // the key head (tid < d), v of column col0 + tid (tid < kCols, column < d), g and β (thread
 // 0). Entries no thread copies stay zero (set once before the loop).
 template <int kCols>
-__device__ __forceinline__ void stage_token(const GdnArgs& a, int64_t t, int h, int kh, int col0,
-                                            float* q, float* k, float* v, float* g, float* b) {
+__device__ __forceinline__ void stage_token(const GdnArgs& a, int d, int64_t t, int h, int kh,
+                                            int col0, float* q, float* k, float* v, float* g,
+                                            float* b) {
   const int tid = threadIdx.x;
-  if (tid < a.d) {
-    __pipeline_memcpy_async(q + tid, row_ptr(a.q, t) + kh * a.d + tid, sizeof(float));
-    __pipeline_memcpy_async(k + tid, row_ptr(a.k, t) + kh * a.d + tid, sizeof(float));
+  if (tid < d) {
+    __pipeline_memcpy_async(q + tid, row_ptr(a.q, t) + kh * d + tid, sizeof(float));
+    __pipeline_memcpy_async(k + tid, row_ptr(a.k, t) + kh * d + tid, sizeof(float));
   }
-  if (tid < kCols && col0 + tid < a.d) {
-    __pipeline_memcpy_async(v + tid, row_ptr(a.v, t) + h * a.d + col0 + tid, sizeof(float));
+  if (tid < kCols && col0 + tid < d) {
+    __pipeline_memcpy_async(v + tid, row_ptr(a.v, t) + h * d + col0 + tid, sizeof(float));
   }
   if (tid == 0) {
     __pipeline_memcpy_async(g, row_ptr(a.g, t) + h, sizeof(float));
@@ -249,7 +250,9 @@ __device__ void quantise_head(const GdnArgs& a, int h, float4* head, uint64_t* b
 // Four CTAs an SM where a thread holds at most 8 rows (Bonsai: 16 columns x 8 rows): 64
 // registers, no spill. Without the cap ptxas gave the kernel with the codes-out hand-off 71-72
 // (3 CTAs an SM; Bonsai's 48 heads of 8 CTAs are 2.9 an SM). Larger kRows would spill at 64.
-template <int kCols, int kRows, bool kL2>
+// kD: the key dim when it is known at compile time (launch_rows: the full tile's 128), else 0
+// and a.d; a constant folds the kernel's index arithmetic and bounds checks, not its floats.
+template <int kCols, int kRows, bool kL2, int kD>
 __global__ void __launch_bounds__(kThreads, kRows <= 8 ? 4 : 1) gdn_kernel(GdnArgs a) {
   constexpr int kSub = 32 / kCols;        // row groups per warp
   constexpr int kGroups = kWarps * kSub;  // row groups per CTA
@@ -261,7 +264,7 @@ __global__ void __launch_bounds__(kThreads, kRows <= 8 ? 4 : 1) gdn_kernel(GdnAr
   __shared__ float s_g[kStages], s_b[kStages];
   __shared__ float s_red[3][kWarps][kCols];  // per warp: Σ S·k, Σ S·q, Σ k·q per column
 
-  const int d = a.d;
+  const int d = kD != 0 ? kD : a.d;
   const int h = blockIdx.y, kh = h % a.n_k_heads, col0 = blockIdx.x * kCols;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int c = lane % kCols, grp = warp * kSub + lane / kCols;
@@ -308,7 +311,7 @@ __global__ void __launch_bounds__(kThreads, kRows <= 8 ? 4 : 1) gdn_kernel(GdnAr
   const auto stage = [&](int64_t t) {
     if (t < T) {
       const int slot = static_cast<int>(t % kStages);
-      stage_token<kCols>(a, t, h, kh, col0, s_q[slot], s_k[slot], s_v[slot], &s_g[slot],
+      stage_token<kCols>(a, d, t, h, kh, col0, s_q[slot], s_k[slot], s_v[slot], &s_g[slot],
                          &s_b[slot]);
     }
     __pipeline_commit();  // one group per token, empty past T, so the wait count stays exact
@@ -403,12 +406,19 @@ void launch_rows(const GdnArgs& a, bool l2, int rows_needed, dim3 grid, cudaStre
     if (rows_needed > kRows) return launch_rows<kCols, kRows * 2>(a, l2, rows_needed, grid, s);
   }
   const unsigned cluster = a.codes.act != nullptr ? grid.x : 0;  // codes out: a head's CTAs
+  // The key dim of every qwen35 model we know (Qwen3.5 / 3.6, Bonsai) gets a kernel of its own
+  // where it fills the tile; other sizes, the run-time-d kernel.
+  constexpr int kFull = kRows * kGroups;
+  const bool constant_d = kFull == kCodesD && a.d == kFull;
+  const auto launch = [&](auto kernel) {
+    detail::launch_clusters(kernel, grid, kThreads, 0, true, cluster, s, a);
+  };
   if (l2) {
-    detail::launch_clusters(&gdn_kernel<kCols, kRows, true>, grid, kThreads, 0, true, cluster, s,
-                            a);
+    constant_d ? launch(&gdn_kernel<kCols, kRows, true, kFull>)
+               : launch(&gdn_kernel<kCols, kRows, true, 0>);
   } else {
-    detail::launch_clusters(&gdn_kernel<kCols, kRows, false>, grid, kThreads, 0, true, cluster, s,
-                            a);
+    constant_d ? launch(&gdn_kernel<kCols, kRows, false, kFull>)
+               : launch(&gdn_kernel<kCols, kRows, false, 0>);
   }
 }
 

@@ -120,8 +120,11 @@ using model::StateType;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-constexpr int kMaxD = kThreads;     // each thread stages one q and one k element
-constexpr int kCodesD = 128;        // codes out: a head is one activation block
+constexpr int kMaxD = kThreads;  // each thread stages one q and one k element
+constexpr int kCodesD = 128;     // codes out: a head is one activation block
+// The key dim of every qwen35 model we know (Qwen3.5 / 3.6, Bonsai): where it fills a kernel's
+// tile, that kernel is instantiated with it as a constant (gdn_kernel's kD).
+constexpr int kConstantD = 128;
 constexpr int kMaxClusterCtas = 8;  // portable cluster size
 
 struct GdnArgs {
@@ -250,8 +253,8 @@ __device__ void quantise_head(const GdnArgs& a, int h, float4* head, uint64_t* b
 // Four CTAs an SM where a thread holds at most 8 rows (Bonsai: 16 columns x 8 rows): 64
 // registers, no spill. Without the cap ptxas gave the kernel with the codes-out hand-off 71-72
 // (3 CTAs an SM; Bonsai's 48 heads of 8 CTAs are 2.9 an SM). Larger kRows would spill at 64.
-// kD: the key dim when it is known at compile time (launch_rows: the full tile's 128), else 0
-// and a.d; a constant folds the kernel's index arithmetic and bounds checks, not its floats.
+// kD: the key dim when it is known at compile time (kConstantD where it fills the tile), else
+// 0 and a.d; a constant folds the kernel's index arithmetic and bounds checks, not its floats.
 template <int kCols, int kRows, bool kL2, int kD>
 __global__ void __launch_bounds__(kThreads, kRows <= 8 ? 4 : 1) gdn_kernel(GdnArgs a) {
   constexpr int kSub = 32 / kCols;        // row groups per warp
@@ -406,20 +409,18 @@ void launch_rows(const GdnArgs& a, bool l2, int rows_needed, dim3 grid, cudaStre
     if (rows_needed > kRows) return launch_rows<kCols, kRows * 2>(a, l2, rows_needed, grid, s);
   }
   const unsigned cluster = a.codes.act != nullptr ? grid.x : 0;  // codes out: a head's CTAs
-  // The key dim of every qwen35 model we know (Qwen3.5 / 3.6, Bonsai) gets a kernel of its own
-  // where it fills the tile; other sizes, the run-time-d kernel.
-  constexpr int kFull = kRows * kGroups;
-  const bool constant_d = kFull == kCodesD && a.d == kFull;
   const auto launch = [&](auto kernel) {
     detail::launch_clusters(kernel, grid, kThreads, 0, true, cluster, s, a);
   };
-  if (l2) {
-    constant_d ? launch(&gdn_kernel<kCols, kRows, true, kFull>)
-               : launch(&gdn_kernel<kCols, kRows, true, 0>);
-  } else {
-    constant_d ? launch(&gdn_kernel<kCols, kRows, false, kFull>)
-               : launch(&gdn_kernel<kCols, kRows, false, 0>);
+  constexpr int kFull = kRows * kGroups;
+  if constexpr (kFull == kConstantD) {
+    if (a.d == kFull) {
+      l2 ? launch(&gdn_kernel<kCols, kRows, true, kFull>)
+         : launch(&gdn_kernel<kCols, kRows, false, kFull>);
+      return;
+    }
   }
+  l2 ? launch(&gdn_kernel<kCols, kRows, true, 0>) : launch(&gdn_kernel<kCols, kRows, false, 0>);
 }
 
 template <int kCols>

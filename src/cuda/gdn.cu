@@ -120,8 +120,11 @@ using model::StateType;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-constexpr int kMaxD = kThreads;     // each thread stages one q and one k element
-constexpr int kCodesD = 128;        // codes out: a head is one activation block
+constexpr int kMaxD = kThreads;  // each thread stages one q and one k element
+constexpr int kCodesD = 128;     // codes out: a head is one activation block
+// The key dim of every qwen35 model we know (Qwen3.5 / 3.6, Bonsai): where it fills a kernel's
+// tile, that kernel is instantiated with it as a constant (gdn_kernel's kD).
+constexpr int kConstantD = 128;
 constexpr int kMaxClusterCtas = 8;  // portable cluster size
 
 struct GdnArgs {
@@ -145,15 +148,16 @@ constexpr int kStages = 4;
 // the key head (tid < d), v of column col0 + tid (tid < kCols, column < d), g and β (thread
 // 0). Entries no thread copies stay zero (set once before the loop).
 template <int kCols>
-__device__ __forceinline__ void stage_token(const GdnArgs& a, int64_t t, int h, int kh, int col0,
-                                            float* q, float* k, float* v, float* g, float* b) {
+__device__ __forceinline__ void stage_token(const GdnArgs& a, int d, int64_t t, int h, int kh,
+                                            int col0, float* q, float* k, float* v, float* g,
+                                            float* b) {
   const int tid = threadIdx.x;
-  if (tid < a.d) {
-    __pipeline_memcpy_async(q + tid, row_ptr(a.q, t) + kh * a.d + tid, sizeof(float));
-    __pipeline_memcpy_async(k + tid, row_ptr(a.k, t) + kh * a.d + tid, sizeof(float));
+  if (tid < d) {
+    __pipeline_memcpy_async(q + tid, row_ptr(a.q, t) + kh * d + tid, sizeof(float));
+    __pipeline_memcpy_async(k + tid, row_ptr(a.k, t) + kh * d + tid, sizeof(float));
   }
-  if (tid < kCols && col0 + tid < a.d) {
-    __pipeline_memcpy_async(v + tid, row_ptr(a.v, t) + h * a.d + col0 + tid, sizeof(float));
+  if (tid < kCols && col0 + tid < d) {
+    __pipeline_memcpy_async(v + tid, row_ptr(a.v, t) + h * d + col0 + tid, sizeof(float));
   }
   if (tid == 0) {
     __pipeline_memcpy_async(g, row_ptr(a.g, t) + h, sizeof(float));
@@ -162,34 +166,36 @@ __device__ __forceinline__ void stage_token(const GdnArgs& a, int64_t t, int h, 
 }
 
 // This thread's state elements S[grp + kGroups·m][j] of one head, widened to f32 (zero
-// outside the d × d head), addressed as grp·d + j + m·kGroups·d in 32-bit offsets from the
-// head (a head holds at most kMaxD² elements) rather than by S[int64_t(i) * d + j]. With the
-// 64-bit index ncu's executed counts put 119 instructions a warp on the load (addresses,
-// predicates and its 8 loads), of the kernel's ~830 (23 warps an SM, issued at ~0.55 a
-// scheduler-cycle); with the offsets ~105 on the load and ~80 on the store (H100, 2026-12-07).
-// Measured in one call: the decode's recurrence 5.15 -> 4.71 µs a step, tg128 +0.8%, more than the
-// few dozen instructions a warp saved explain; what else moved in ptxas' schedule was not examined.
+// outside the d × d head), each row reached by a pointer step of kGroups·d elements from one
+// base (a pointer past the head is formed, never dereferenced). By S[int64_t(i) * d + j],
+// ncu's executed counts put 119 instructions a warp on the load (addresses, predicates and its
+// 8 loads), of the kernel's ~830 (23 warps an SM, issued at ~0.55 a scheduler-cycle); by
+// 32-bit offsets grp·d + j + m·kGroups·d ~105 on the load and ~80 on the store, each element's
+// offset widened and added to the base (H100, 2026-12-07). The offsets measured in one call:
+// the decode's recurrence 5.15 -> 4.71 µs a step, tg128 +0.8%, more than the few dozen
+// instructions a warp saved explain (what else moved in ptxas' schedule was not examined). The
+// pointer step: PTX of gdn_kernel<16, 8, true> 1674 -> 1578 instructions; not yet run on a GPU
+// (predicted: ~110 fewer a warp, the recurrence 4.71 -> 4.3-4.5 µs a step, tg128 +0.4-0.8%).
 template <class St, int kRows, int kGroups>
 __device__ __forceinline__ void load_state(float (&s)[kRows], const void* state, int64_t head,
                                            int d, int grp, int j, bool col_ok) {
-  const typename St::T* S = static_cast<const typename St::T*>(state) + head * d * d;
-  const int first = grp * d + j, stride = kGroups * d;
+  const typename St::T* row =
+      static_cast<const typename St::T*>(state) + head * d * d + grp * d + j;
 #pragma unroll
-  for (int m = 0; m < kRows; ++m) {
+  for (int m = 0; m < kRows; ++m, row += kGroups * d) {
     const int i = grp + kGroups * m;
-    s[m] = col_ok && i < d ? St::load(S[first + m * stride]) : 0.0f;
+    s[m] = col_ok && i < d ? St::load(*row) : 0.0f;
   }
 }
 
 template <class St, int kRows, int kGroups>
 __device__ __forceinline__ void store_state(const float (&s)[kRows], void* state, int64_t head,
                                             int d, int grp, int j, bool col_ok) {
-  typename St::T* S = static_cast<typename St::T*>(state) + head * d * d;
-  const int first = grp * d + j, stride = kGroups * d;
+  typename St::T* row = static_cast<typename St::T*>(state) + head * d * d + grp * d + j;
 #pragma unroll
-  for (int m = 0; m < kRows; ++m) {
+  for (int m = 0; m < kRows; ++m, row += kGroups * d) {
     const int i = grp + kGroups * m;
-    if (col_ok && i < d) S[first + m * stride] = St::store(s[m]);
+    if (col_ok && i < d) *row = St::store(s[m]);
   }
 }
 
@@ -247,7 +253,9 @@ __device__ void quantise_head(const GdnArgs& a, int h, float4* head, uint64_t* b
 // Four CTAs an SM where a thread holds at most 8 rows (Bonsai: 16 columns x 8 rows): 64
 // registers, no spill. Without the cap ptxas gave the kernel with the codes-out hand-off 71-72
 // (3 CTAs an SM; Bonsai's 48 heads of 8 CTAs are 2.9 an SM). Larger kRows would spill at 64.
-template <int kCols, int kRows, bool kL2>
+// kD: the key dim when it is known at compile time (kConstantD where it fills the tile), else
+// 0 and a.d; a constant folds the kernel's index arithmetic and bounds checks, not its floats.
+template <int kCols, int kRows, bool kL2, int kD>
 __global__ void __launch_bounds__(kThreads, kRows <= 8 ? 4 : 1) gdn_kernel(GdnArgs a) {
   constexpr int kSub = 32 / kCols;        // row groups per warp
   constexpr int kGroups = kWarps * kSub;  // row groups per CTA
@@ -259,7 +267,7 @@ __global__ void __launch_bounds__(kThreads, kRows <= 8 ? 4 : 1) gdn_kernel(GdnAr
   __shared__ float s_g[kStages], s_b[kStages];
   __shared__ float s_red[3][kWarps][kCols];  // per warp: Σ S·k, Σ S·q, Σ k·q per column
 
-  const int d = a.d;
+  const int d = kD != 0 ? kD : a.d;
   const int h = blockIdx.y, kh = h % a.n_k_heads, col0 = blockIdx.x * kCols;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int c = lane % kCols, grp = warp * kSub + lane / kCols;
@@ -306,7 +314,7 @@ __global__ void __launch_bounds__(kThreads, kRows <= 8 ? 4 : 1) gdn_kernel(GdnAr
   const auto stage = [&](int64_t t) {
     if (t < T) {
       const int slot = static_cast<int>(t % kStages);
-      stage_token<kCols>(a, t, h, kh, col0, s_q[slot], s_k[slot], s_v[slot], &s_g[slot],
+      stage_token<kCols>(a, d, t, h, kh, col0, s_q[slot], s_k[slot], s_v[slot], &s_g[slot],
                          &s_b[slot]);
     }
     __pipeline_commit();  // one group per token, empty past T, so the wait count stays exact
@@ -401,13 +409,18 @@ void launch_rows(const GdnArgs& a, bool l2, int rows_needed, dim3 grid, cudaStre
     if (rows_needed > kRows) return launch_rows<kCols, kRows * 2>(a, l2, rows_needed, grid, s);
   }
   const unsigned cluster = a.codes.act != nullptr ? grid.x : 0;  // codes out: a head's CTAs
-  if (l2) {
-    detail::launch_clusters(&gdn_kernel<kCols, kRows, true>, grid, kThreads, 0, true, cluster, s,
-                            a);
-  } else {
-    detail::launch_clusters(&gdn_kernel<kCols, kRows, false>, grid, kThreads, 0, true, cluster, s,
-                            a);
+  const auto launch = [&](auto kernel) {
+    detail::launch_clusters(kernel, grid, kThreads, 0, true, cluster, s, a);
+  };
+  constexpr int kFull = kRows * kGroups;
+  if constexpr (kFull == kConstantD) {
+    if (a.d == kFull) {
+      l2 ? launch(&gdn_kernel<kCols, kRows, true, kFull>)
+         : launch(&gdn_kernel<kCols, kRows, false, kFull>);
+      return;
+    }
   }
+  l2 ? launch(&gdn_kernel<kCols, kRows, true, 0>) : launch(&gdn_kernel<kCols, kRows, false, 0>);
 }
 
 template <int kCols>

@@ -174,8 +174,9 @@ __device__ __forceinline__ void stage_token(const GdnArgs& a, int d, int64_t t, 
 // offset widened and added to the base (H100, 2026-12-07). The offsets measured in one call:
 // the decode's recurrence 5.15 -> 4.71 µs a step, tg128 +0.8%, more than the few dozen
 // instructions a warp saved explain (what else moved in ptxas' schedule was not examined). The
-// pointer step: PTX of gdn_kernel<16, 8, true> 1674 -> 1578 instructions; not yet run on a GPU
-// (predicted: ~110 fewer a warp, the recurrence 4.71 -> 4.3-4.5 µs a step, tg128 +0.4-0.8%).
+// pointer step: PTX of gdn_kernel<16, 8, true> 1674 -> 1578 instructions, predicted tg128
+// +0.4-0.8%, measured 381.27 against 380.27 (+0.3%, one round, within the spread; H100,
+// 2026-12-07).
 template <class St, int kRows, int kGroups>
 __device__ __forceinline__ void load_state(float (&s)[kRows], const void* state, int64_t head,
                                            int d, int grp, int j, bool col_ok) {
@@ -254,7 +255,9 @@ __device__ void quantise_head(const GdnArgs& a, int h, float4* head, uint64_t* b
 // registers, no spill. Without the cap ptxas gave the kernel with the codes-out hand-off 71-72
 // (3 CTAs an SM; Bonsai's 48 heads of 8 CTAs are 2.9 an SM). Larger kRows would spill at 64.
 // kD: the key dim when it is known at compile time (kConstantD where it fills the tile), else
-// 0 and a.d; a constant folds the kernel's index arithmetic and bounds checks, not its floats.
+// 0 and a.d; a constant folds the kernel's index arithmetic and bounds checks, not its floats
+// (PTX of <16, 8, true> 1559 -> 1273 instructions). With the pointer step above, tg128 383.24
+// against 380.27 (+0.8%, one round, H100, 2026-12-07; bits identical: bench/RESULTS.md).
 template <int kCols, int kRows, bool kL2, int kD>
 __global__ void __launch_bounds__(kThreads, kRows <= 8 ? 4 : 1) gdn_kernel(GdnArgs a) {
   constexpr int kSub = 32 / kCols;        // row groups per warp

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Installs the Debian packages gdn.cpp builds with (only those missing; needs root or sudo).
+# Installs the Debian packages gdn.cpp builds with, and any named as arguments (only those
+# missing; needs root or sudo).
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev libbenchmark-dev libfmt-dev
-      nlohmann-json3-dev libcli11-dev libutf8proc-dev)
+      nlohmann-json3-dev libcli11-dev libutf8proc-dev "$@")
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

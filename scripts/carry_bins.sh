@@ -2,14 +2,15 @@
 # Packs what a scripts/device.sh call runs into .carry/bins.tar.xz, for the device tool's
 # `carry: [".carry"]` (its limit is 64 MiB; the build directories are far larger): this
 # checkout's binaries, built by build_portable.sh, stripped; and, for side-by-side timing in
-# one call, a baseline's and a variant's `gdn` (and lab), each built from its commit in a
+# one call, a baseline's and variants' `gdn` (and lab), each built from its commit in a
 # worktree of its own with the same compiler.
 #
-#   scripts/carry_bins.sh [--lab] [--prev REV] [--alt REV]
+#   scripts/carry_bins.sh [--lab] [--prev REV] [--alt REV] [--also NAME=REV ...]
 #
-#   --lab       also gemv_lab (device.sh's lab; with --prev, gemv_lab_prev for prevlab)
-#   --prev REV  gdn_prev (device.sh's prevtg, prevtimeline, prevbench, ...)
-#   --alt REV   gdn_alt (alttg, alttimeline)
+#   --lab           also gemv_lab (device.sh's lab; with --prev, gemv_lab_prev for prevlab)
+#   --prev REV      gdn_prev (device.sh's prevtg, prevtimeline, prevbench, ...)
+#   --alt REV       gdn_alt (alttg, alttimeline)
+#   --also NAME=REV gdn_NAME (tg:NAME, timeline:NAME, bench:NAME); repeatable
 #
 # A worktree is built the first time and kept under /tmp/gdn-worktrees/<commit>, so a second
 # package of the same commit only relinks. Every build goes through ccache, with paths hashed
@@ -18,12 +19,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-lab=0 prev="" alt=""
+lab=0 prev="" alt="" also=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --lab) lab=1 ;;
     --prev) prev=${2:?--prev needs a commit}; shift ;;
     --alt) alt=${2:?--alt needs a commit}; shift ;;
+    --also)
+      [[ ${2:-} =~ ^[a-z0-9]+=.+$ ]] || { echo "carry_bins.sh: --also needs NAME=REV (NAME: a-z, 0-9)" >&2; exit 2; }
+      also+=("$2"); shift ;;
     *) echo "carry_bins.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
@@ -35,6 +39,7 @@ commit() {
 }
 [ -z "$prev" ] || prev=$(commit "$prev")
 [ -z "$alt" ] || alt=$(commit "$alt")
+for i in "${!also[@]}"; do also[$i]=${also[$i]%%=*}=$(commit "${also[$i]#*=}"); done
 
 targets=(test_cuda_ladder sync_lab)
 [ "$lab" = 1 ] && targets+=(gemv_lab)
@@ -81,6 +86,10 @@ if [ -n "$alt" ]; then
   dir=$(built_worktree "$alt")
   cp "$dir/build-cuda/src/app/gdn" "$pack/gdn_alt"
 fi
+for a in "${also[@]}"; do
+  dir=$(built_worktree "${a#*=}")
+  cp "$dir/build-cuda/src/app/gdn" "$pack/gdn_${a%%=*}"
+done
 strip "$pack"/*
 
 mkdir -p .carry

@@ -19,7 +19,8 @@
 # timelinectx [the same at CTX="160 256" context bounds], prevbench,
 # prevbenchbase, prevtimeline and prevtg [bench, benchbase, timeline and tg with a carried
 # gdn_prev], prevlab [the lab carried as gemv_lab_prev], alttg, alttimeline and altbench [tg,
-# timeline and bench with a carried gdn_alt, a second variant], benchnographs, compare, comparef32).
+# timeline and bench with a carried gdn_alt, a second variant], tg:NAME, timeline:NAME and
+# bench:NAME [with a carried gdn_NAME, any further variant], benchnographs, compare, comparef32).
 # Every log comes back in $OUT/logs.tgz: the script moves them there as it ends, so a command
 # that reads a log on the GPU machine must do so before then (e.g. by a step of its own).
 set -uo pipefail
@@ -181,6 +182,11 @@ for s in "${steps[@]}"; do
     alttg) run_step alttg "$bin/gdn_alt" bench -p 0 -r 3 --rounds 2 ;;
     alttimeline) run_step alttimeline "$bin/gdn_alt" bench --timeline -n 16 ;;
     altbench) run_step altbench "$bin/gdn_alt" bench -r 3 --rounds 2 ;;
+    # The same with a carried gdn_NAME (scripts/carry_bins.sh --also NAME=REV): tg:NAME,
+    # timeline:NAME, bench:NAME.
+    tg:*) run_step "tg_${s#tg:}" "$bin/gdn_${s#tg:}" bench -p 0 -r 3 --rounds 2 ;;
+    timeline:*) run_step "timeline_${s#timeline:}" "$bin/gdn_${s#timeline:}" bench --timeline -n 16 ;;
+    bench:*) run_step "bench_${s#bench:}" "$bin/gdn_${s#bench:}" bench -r 3 --rounds 2 ;;
     # tg128 of the tiny preset: ~140 µs a token (H100), ~120 of them kernels, so a change of a
     # few µs in the host's work a token (uploads, launch, sync) shows where Bonsai-27B's
     # ~2740 µs token hides it in run-to-run spread.

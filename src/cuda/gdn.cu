@@ -177,7 +177,9 @@ __device__ __forceinline__ void stage_token(const GdnArgs& a, int d, int64_t t, 
 // pointer step: PTX of gdn_kernel<16, 8, true> 1674 -> 1578 instructions, predicted tg128
 // +0.4-0.8%, measured 381.27 against 380.27 (+0.3%, one round, within the spread; H100,
 // 2026-12-07).
-template <class St, int kRows, int kGroups>
+// kFull: every element of the tile lies inside the head (gdn_kernel's constant-d kernels), so
+// no bound is checked.
+template <class St, int kRows, int kGroups, bool kFull>
 __device__ __forceinline__ void load_state(float (&s)[kRows], const void* state, int64_t head,
                                            int d, int grp, int j, bool col_ok) {
   const typename St::T* row =
@@ -185,18 +187,18 @@ __device__ __forceinline__ void load_state(float (&s)[kRows], const void* state,
 #pragma unroll
   for (int m = 0; m < kRows; ++m, row += kGroups * d) {
     const int i = grp + kGroups * m;
-    s[m] = col_ok && i < d ? St::load(*row) : 0.0f;
+    s[m] = kFull || (col_ok && i < d) ? St::load(*row) : 0.0f;
   }
 }
 
-template <class St, int kRows, int kGroups>
+template <class St, int kRows, int kGroups, bool kFull>
 __device__ __forceinline__ void store_state(const float (&s)[kRows], void* state, int64_t head,
                                             int d, int grp, int j, bool col_ok) {
   typename St::T* row = static_cast<typename St::T*>(state) + head * d * d + grp * d + j;
 #pragma unroll
   for (int m = 0; m < kRows; ++m, row += kGroups * d) {
     const int i = grp + kGroups * m;
-    if (col_ok && i < d) *row = St::store(s[m]);
+    if (kFull || (col_ok && i < d)) *row = St::store(s[m]);
   }
 }
 
@@ -263,6 +265,11 @@ __global__ void __launch_bounds__(kThreads, kRows <= 8 ? 4 : 1) gdn_kernel(GdnAr
   constexpr int kSub = 32 / kCols;        // row groups per warp
   constexpr int kGroups = kWarps * kSub;  // row groups per CTA
   static_assert(kCols * kSub == 32 && kRows * kGroups <= kMaxD, "slice shape");
+  // The constant-d kernels fill their tile (launch_rows) and have d / kCols CTAs along x
+  // (launch_cols), so every row and column a thread holds lies inside the head: the bounds
+  // checks fold away (ptxas could not tell grp < kGroups or col0 + c < d itself).
+  constexpr bool kFull = kD != 0;
+  static_assert(!kFull || (kD == kRows * kGroups && kD % kCols == 0), "a full tile");
   detail::pdl_launch_dependents();
   __shared__ float s_q[kStages][kMaxD], s_k[kStages][kMaxD], s_v[kStages][kCols];
   __shared__ float4 s_head[kCodesD / 4];  // codes out: the head's outputs, then p(o) staged
@@ -275,7 +282,7 @@ __global__ void __launch_bounds__(kThreads, kRows <= 8 ? 4 : 1) gdn_kernel(GdnAr
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int c = lane % kCols, grp = warp * kSub + lane / kCols;
   const int j = col0 + c;
-  const bool col_ok = j < d;
+  const bool col_ok = kFull || j < d;
   const bool codes = a.codes.act != nullptr;
   const bool first_cta = codes && cooperative_groups::this_cluster().block_rank() == 0;
   if (codes) {
@@ -291,7 +298,7 @@ __global__ void __launch_bounds__(kThreads, kRows <= 8 ? 4 : 1) gdn_kernel(GdnAr
   // Uniform; the load (and store) loops differ only in the element type.
   const auto load = [&] {
     state::dispatch(a.in_type, [&](auto st) {
-      load_state<decltype(st), kRows, kGroups>(s, a.state_in, h, d, grp, j, col_ok);
+      load_state<decltype(st), kRows, kGroups, kFull>(s, a.state_in, h, d, grp, j, col_ok);
     });
   };
   // A settled state (the slot's) and the gating constants are read before the wait, so their
@@ -306,9 +313,10 @@ __global__ void __launch_bounds__(kThreads, kRows <= 8 ? 4 : 1) gdn_kernel(GdnAr
   detail::pdl_wait();
   if (!a.state_settled) load();
 
-  // Zero padding (entries past d, columns past d) in every slot; ordered before any read by
-  // the first B1. Exactly the entries no copy writes, so no plain store races an async one.
-  for (int slot = 0; slot < kStages; ++slot) {
+  // Zero padding (entries past d, columns past d; a full tile has none) in every slot; ordered
+  // before any read by the first B1. Exactly the entries no copy writes, so no plain store
+  // races an async one.
+  for (int slot = 0; slot < kStages && !kFull; ++slot) {
     if (threadIdx.x >= d) s_q[slot][threadIdx.x] = s_k[slot][threadIdx.x] = 0.0f;
     if (threadIdx.x < kCols && col0 + int(threadIdx.x) >= d) s_v[slot][threadIdx.x] = 0.0f;
   }
@@ -347,22 +355,29 @@ __global__ void __launch_bounds__(kThreads, kRows <= 8 ? 4 : 1) gdn_kernel(GdnAr
     const float* sk = s_k[slot];
     float q_norm = 1.0f, k_norm = 1.0f;
     if constexpr (kL2) {
-      q_norm = norm::l2_scale(norm::head_sum_squares(sq, d), a.l2_eps);
-      k_norm = norm::l2_scale(norm::head_sum_squares(sk, d), a.l2_eps);
+      q_norm = norm::l2_scale(norm::head_sum_squares<kD>(sq, d), a.l2_eps);
+      k_norm = norm::l2_scale(norm::head_sum_squares<kD>(sk, d), a.l2_eps);
     }
     const auto key = [&](int i) { return kL2 ? __fmul_rn(sk[i], k_norm) : sk[i]; };
     const auto query = [&](int i) { return kL2 ? __fmul_rn(sq[i], q_norm) : sq[i]; };
 
     float kS = 0.0f, qS = 0.0f, kq = 0.0f;
+    // key(i) of this thread's rows, kept for the update below where the registers allow (at
+    // most 8 rows: the 64-register kernels); more rows reload it (with 32, keeping them took
+    // <32, 32> from 127 to 153-167 registers, one CTA an SM instead of two).
+    constexpr bool kKeepKeys = kRows <= 8;
+    float kr[kRows];
 #pragma unroll
     for (int m = 0; m < kRows; ++m) {
       const int i = grp + kGroups * m;
-      if (i < d) {
-        const float ki = key(i), qi = query(i);
+      kr[m] = 0.0f;
+      if (kFull || i < d) {
+        const float qi = query(i);
+        kr[m] = key(i);
         s[m] *= decay;
-        kS = fmaf(s[m], ki, kS);
+        kS = fmaf(s[m], kr[m], kS);
         qS = fmaf(s[m], qi, qS);
-        kq = fmaf(ki, qi, kq);
+        kq = fmaf(kr[m], qi, kq);
       }
     }
 #pragma unroll
@@ -378,20 +393,22 @@ __global__ void __launch_bounds__(kThreads, kRows <= 8 ? 4 : 1) gdn_kernel(GdnAr
     }
     __syncthreads();  // B2: every warp's partial sums are visible before they are added
 
-    float kv = 0.0f, qv = 0.0f, kk = 0.0f;
+    float kv = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      kv += s_red[0][w][c];
-      qv += s_red[1][w][c];
-      kk += s_red[2][w][c];
-    }
+    for (int w = 0; w < kWarps; ++w) kv += s_red[0][w][c];
     const float delta = beta * (s_v[slot][c] - kv);
 #pragma unroll
     for (int m = 0; m < kRows; ++m) {
       const int i = grp + kGroups * m;
-      if (i < d) s[m] = fmaf(key(i), delta, s[m]);
+      if (kFull || i < d) s[m] = fmaf(kKeepKeys ? kr[m] : key(i), delta, s[m]);
     }
-    if (warp == 0 && lane < kCols && col_ok) {
+    if (warp == 0 && lane < kCols && col_ok) {  // only o needs S·q and k·q: summed here alone
+      float qv = 0.0f, kk = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        qv += s_red[1][w][c];
+        kk += s_red[2][w][c];
+      }
       o_last = fmaf(delta, kk, qv) * a.q_scale;
       row_ptr(a.out, t)[int64_t(h) * d + j] = o_last;
     }
@@ -399,7 +416,7 @@ __global__ void __launch_bounds__(kThreads, kRows <= 8 ? 4 : 1) gdn_kernel(GdnAr
 
   if (codes) send_codes_output(warp == 0 && lane < kCols && col_ok, j, o_last, s_head, &s_head_bar);
   state::dispatch(a.out_type, [&](auto st) {
-    store_state<decltype(st), kRows, kGroups>(s, a.state_out, h, d, grp, j, col_ok);
+    store_state<decltype(st), kRows, kGroups, kFull>(s, a.state_out, h, d, grp, j, col_ok);
   });
   if (first_cta && warp == 0) quantise_head(a, h, s_head, &s_head_bar);
 }

@@ -62,10 +62,14 @@ __device__ __forceinline__ void load_tile(const float* x, int n, int vw, int bas
   }
 }
 // ss + the tile's squares in element order. An element past n adds fmaf(0, 0, ss) = ss
-// exactly (ss >= +0), so a padded tile sums like the guarded loop it replaces.
+// exactly (ss >= +0), so a padded tile sums like the guarded loop it replaces, and so does one
+// whose elements from kElems on, all past n, are left out: a compiler cannot drop those FMAs
+// itself (it cannot know that ss is not -0).
+template <int kElems = kPerThread>
 __device__ __forceinline__ float add_tile_squares(const float (&v)[kPerThread], float ss) {
+  static_assert(kElems >= 1 && kElems <= kPerThread, "elements of a tile");
 #pragma unroll
-  for (int e = 0; e < kPerThread; ++e) ss = fmaf(v[e], v[e], ss);
+  for (int e = 0; e < kElems; ++e) ss = fmaf(v[e], v[e], ss);
   return ss;
 }
 // Whether the chunk is one tile per virtual thread (every n up to 8192).
@@ -95,15 +99,20 @@ __device__ __forceinline__ float combine_warp_sums(const float* sums, int n_warp
 // The whole canonical sum of squares of a chunk of n <= 256 floats (one virtual warp: one
 // tile) by one warp, from the tile the warp loaded with load_tile(x, n, 0, 0, v): what a fused
 // kernel that keeps the head's elements uses (attention's q/k head norms).
+template <int kElems = kPerThread>
 __device__ __forceinline__ float head_sum_squares_of_tile(const float (&v)[kPerThread]) {
-  return 0.0f + detail::warp_sum(add_tile_squares(v, 0.0f));
+  return 0.0f + detail::warp_sum(add_tile_squares<kElems>(v, 0.0f));
 }
 // The same from memory: what a fused kernel uses for a head (GDN q/k, a 128-float ssm_norm
-// head).
-__device__ __forceinline__ float head_sum_squares(const float* x, int n) {
+// head). kN > 0: n = kN is known at compile time, and a lane's elements from ceil(kN / 32) on,
+// past n on every lane, are left out (add_tile_squares).
+template <int kN = 0>
+__device__ __forceinline__ float head_sum_squares(const float* x, int n = kN) {
+  static_assert(kN >= 0 && !consecutive_tiles(kN), "a head of one virtual warp");
+  constexpr int kElems = kN == 0 || kN > 32 * kPerThread ? kPerThread : (kN + 31) / 32;
   float v[kPerThread];
   load_tile(x, n, 0, 0, v);
-  return head_sum_squares_of_tile(v);
+  return head_sum_squares_of_tile<kElems>(v);
 }
 
 // 1/sqrt(v) for v > 0 in f32: the hardware estimate and one Newton step (y + y/2 * (1 - v y²),

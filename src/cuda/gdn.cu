@@ -260,6 +260,13 @@ __device__ void quantise_head(const GdnArgs& a, int h, float4* head, uint64_t* b
 // 0 and a.d; a constant folds the kernel's index arithmetic and bounds checks, not its floats
 // (PTX of <16, 8, true> 1559 -> 1273 instructions). With the pointer step above, tg128 383.24
 // against 380.27 (+0.8%, one round, H100, 2026-12-07; bits identical: bench/RESULTS.md).
+// With kFull (below), S·q and k·q summed by warp 0 alone and the keys kept for the update: a
+// decode launch's executed warp instructions 2.02 M -> 1.63 M (ncu), the decode's recurrence
+// 4.22 -> 3.95 µs a step, tg128 382.0 -> 385.7 (+1.0%, two rounds, H100, 2026-12-07). The
+// gating formed once a CTA instead of in every warp (by warp 0 handing the decay over at a named
+// barrier, or by a ninth warp holding no state) took them to 1.51 M / 1.59 M but gained nothing
+// measurable: 3.90 / 3.85 µs a step, tg128 384.3 / 385.2. The launch issues at ~40% of its peak
+// (ncu), so what is left of its time is not the instructions' count.
 template <int kCols, int kRows, bool kL2, int kD>
 __global__ void __launch_bounds__(kThreads, kRows <= 8 ? 4 : 1) gdn_kernel(GdnArgs a) {
   constexpr int kSub = 32 / kCols;        // row groups per warp

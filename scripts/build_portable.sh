@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the CUDA binaries here for the GPU machine (which has no Debian -dev packages):
 # fmt header-only, utf8proc and libstdc++ static, cudart static; only the sm_90a code that
-# machine runs (GDN_SM90A_ONLY: half the device code's compile time). Output: build-cuda/.
+# machine runs (GDN_SM90A_ONLY: gdn.cu 49 s instead of 87). Output: build-cuda/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh

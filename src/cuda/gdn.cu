@@ -284,7 +284,7 @@ __global__ void __launch_bounds__(kThreads, kRows <= 8 ? 4 : 1) gdn_kernel(GdnAr
   __shared__ float s_g[kStages], s_b[kStages];
   __shared__ float s_red[3][kWarps][kCols];  // per warp: Σ S·k, Σ S·q, Σ k·q per column
 
-  const int d = kD != 0 ? kD : a.d;
+  const int d = kFull ? kD : a.d;
   const int h = blockIdx.y, kh = h % a.n_k_heads, col0 = blockIdx.x * kCols;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int c = lane % kCols, grp = warp * kSub + lane / kCols;
@@ -439,11 +439,11 @@ void launch_rows(const GdnArgs& a, bool l2, int rows_needed, dim3 grid, cudaStre
   const auto launch = [&](auto kernel) {
     detail::launch_clusters(kernel, grid, kThreads, 0, true, cluster, s, a);
   };
-  constexpr int kFull = kRows * kGroups;
-  if constexpr (kFull == kConstantD) {
-    if (a.d == kFull) {
-      l2 ? launch(&gdn_kernel<kCols, kRows, true, kFull>)
-         : launch(&gdn_kernel<kCols, kRows, false, kFull>);
+  constexpr int kTileRows = kRows * kGroups;
+  if constexpr (kTileRows == kConstantD) {
+    if (a.d == kTileRows) {
+      l2 ? launch(&gdn_kernel<kCols, kRows, true, kTileRows>)
+         : launch(&gdn_kernel<kCols, kRows, false, kTileRows>);
       return;
     }
   }

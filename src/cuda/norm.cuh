@@ -109,7 +109,7 @@ __device__ __forceinline__ float head_sum_squares_of_tile(const float (&v)[kPerT
 template <int kN = 0>
 __device__ __forceinline__ float head_sum_squares(const float* x, int n = kN) {
   static_assert(kN >= 0 && !consecutive_tiles(kN), "a head of one virtual warp");
-  constexpr int kElems = kN == 0 || kN > 32 * kPerThread ? kPerThread : (kN + 31) / 32;
+  constexpr int kElems = kN == 0 ? kPerThread : (kN + 31) / 32;
   float v[kPerThread];
   load_tile(x, n, 0, 0, v);
   return head_sum_squares_of_tile<kElems>(v);

@@ -15,7 +15,8 @@
 # A worktree is built the first time and kept under /tmp/gdn-worktrees/<commit>, so a second
 # package of the same commit only relinks. Every build goes through ccache, with paths hashed
 # relative to its tree, so a worktree recompiles only the files its commit changed (2026-12-07,
-# 2 cores: four trees in 12.5 min, most of it the first). A build directory configured before keeps its launcher.
+# 2 cores: four trees in 12.5 min, most of it the first). A build directory configured before
+# keeps its launcher.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
